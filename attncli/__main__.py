@@ -1,0 +1,5 @@
+"""Allows `python -m attncli`."""
+
+from attncli.cli import main
+
+main()

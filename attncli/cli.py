@@ -1,0 +1,185 @@
+"""The `attncli` command line: parse options, call one function, turn errors into exit codes.
+
+Exit codes: 0 success, 2 bad usage or bad input (`AttncliError`, Typer usage errors),
+1 anything else. No logic lives here: each command hands its options to a module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from attncli import __version__
+from attncli.errors import AttncliError
+
+app = typer.Typer(
+    name="attncli",
+    help="Train, evaluate, run and benchmark encoder-decoder Transformer translation models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Split(str, Enum):
+    test = "test"
+    val = "val"
+
+
+class Suite(str, Enum):
+    attention = "attention"
+    train = "train"
+    infer = "infer"
+    all = "all"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"attncli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Encoder-decoder Transformer translation: train, eval, translate, bench."""
+
+
+@app.command()
+def train(
+    config: Path | None = typer.Argument(
+        None, help="YAML config (see configs/). Omit with --resume.", show_default=False
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set train.max_steps=20 (repeatable)."
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Run folder name under --runs-dir (default: config name + time)."
+    ),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    resume: Path | None = typer.Option(
+        None, "--resume", help="Continue the run in this folder from its last checkpoint."
+    ),
+) -> None:
+    """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
+    from attncli.train import train_command
+
+    train_command(config, set_, name, runs_dir, device.value, resume)
+
+
+@app.command("eval")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
+    split: Split = typer.Option(Split.test, "--split", help="Which split of the data set."),
+    data: str | None = typer.Option(
+        None, "--data", help="Another data set name or folder/file to score instead."
+    ),
+    beam: int | None = typer.Option(
+        None, "--beam", min=1, help="Beam size (default: the run's decode.beam; 1 = greedy)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+) -> None:
+    """Translate a split with the run's best checkpoint and score it (sacreBLEU BLEU and chrF)."""
+    from attncli.evaluate import eval_command
+
+    eval_command(run_dir, split.value, data, beam, json_out, device.value)
+
+
+@app.command()
+def translate(
+    text: list[str] = typer.Argument(
+        None, help="Sentences to translate. None or '-' reads standard input line by line."
+    ),
+    run: Path | None = typer.Option(
+        None, "--run", help="Run folder (default: the newest run under ./runs with a best model)."
+    ),
+    beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (1 = greedy)."),
+    nbest: int = typer.Option(1, "--nbest", min=1, help="Print the N best translations."),
+    input_file: Path | None = typer.Option(None, "--input", help="Read sentences from a file."),
+    output_file: Path | None = typer.Option(None, "--output", help="Write translations here."),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per sentence: source, hypotheses, scores."
+    ),
+    show_attention: bool = typer.Option(
+        False, "--show-attention", help="Print cross-attention as a heatmap in the terminal."
+    ),
+    attention_png: Path | None = typer.Option(
+        None, "--attention-png", help="Save the cross-attention heatmap(s) as a PNG."
+    ),
+    layer: int = typer.Option(-1, "--layer", help="Decoder layer whose attention is shown."),
+    head: int | None = typer.Option(
+        None, "--head", help="Attention head to show (default: the mean over heads)."
+    ),
+    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+) -> None:
+    """Translate sentences with a trained run (arguments, a file, or standard input)."""
+    from attncli.translate import translate_command
+
+    translate_command(
+        text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
+        attention_png, layer, head, device.value,
+    )
+
+
+@app.command()
+def bench(
+    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    suite: Suite = typer.Option(Suite.all, "--suite", help="Which benchmarks to run."),
+    config: Path | None = typer.Option(
+        None, "--config", help="Model config for the train/infer suites (default: small.yaml)."
+    ),
+    json_file: Path | None = typer.Option(None, "--json", help="Also write every figure here."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs before timing."),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs (the median is shown)."),
+) -> None:
+    """Measure attention kernels, training throughput (with MFU) and decoding speed."""
+    from attncli.bench import bench_command
+
+    bench_command(device.value, suite.value, config, json_file, warmup, repeats)
+
+
+def main() -> None:
+    """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
+    try:
+        app(standalone_mode=False)
+    except AttncliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as err:  # click usage errors and real bugs
+        import click
+
+        if isinstance(err, click.exceptions.Exit):
+            sys.exit(err.exit_code)
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        if isinstance(err, click.exceptions.Abort):
+            print("aborted", file=sys.stderr)
+            sys.exit(1)
+        if os.environ.get("ATTNCLI_DEBUG"):
+            raise
+        print(f"error: {type(err).__name__}: {err} (set ATTNCLI_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)

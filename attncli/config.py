@@ -1,0 +1,233 @@
+"""Typed, validated configuration: YAML file -> pydantic models, with `--set a.b=c` overrides.
+
+Every key has a default and a description here; `configs/*.yaml` only change what differs.
+All problems surface as one-line `AttncliError`s naming the file, the key path and the fix,
+e.g. ``configs/x.yaml: model.d_modle: unknown key (did you mean model.d_model?)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from attncli.errors import AttncliError
+
+
+class _Section(BaseModel):
+    """Base for every section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    dataset: str = Field("multi30k", description="Data set name, local folder/file, or Hub id.")
+    src: str = Field("en", description="Source language key.")
+    tgt: str = Field("de", description="Target language key.")
+    max_len: int = Field(100, ge=1, description="Pairs longer than this (subwords) are dropped.")
+    train_limit: int | None = Field(
+        None, ge=1, description="Use only the first N training pairs (quick experiments)."
+    )
+    valid_limit: int | None = Field(
+        None, ge=1, description="Use only the first N validation pairs for BLEU during training."
+    )
+
+
+class TokenizerConfig(_Section):
+    type: Literal["unigram", "bpe"] = Field("unigram", description="SentencePiece model type.")
+    vocab_size: int = Field(8000, ge=16, description="Subword vocabulary size (per model).")
+    joint: bool = Field(True, description="One model for source and target (allows tying).")
+    character_coverage: float = Field(
+        1.0, gt=0.0, le=1.0, description="Share of characters covered (0.9995 for zh/ja)."
+    )
+
+
+class ModelConfig(_Section):
+    d_model: int = Field(256, ge=8, description="Width of embeddings and residual stream.")
+    heads: int = Field(4, ge=1, description="Attention heads; must divide d_model.")
+    enc_layers: int = Field(3, ge=1, description="Encoder layers.")
+    dec_layers: int = Field(3, ge=1, description="Decoder layers.")
+    ff_dim: int = Field(1024, ge=1, description="Hidden width of the position-wise feed-forward.")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout on residual branches.")
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on weights.")
+    norm: Literal["pre", "post"] = Field("pre", description="pre-norm (stable) or post-norm.")
+    attention: Literal["fused", "reference"] = Field(
+        "fused", description="fused = scaled_dot_product_attention; reference = spelled out."
+    )
+    scoring: Literal["dot", "additive"] = Field(
+        "dot", description="dot = scaled dot-product; additive = Bahdanau w^T tanh(Wq q + Wk k)."
+    )
+    tie_embeddings: bool = Field(
+        True, description="Share src/tgt/output embeddings (needs tokenizer.joint)."
+    )
+    max_positions: int = Field(1024, ge=8, description="Longest sequence the positions cover.")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> ModelConfig:
+        if self.d_model % self.heads != 0:
+            raise ValueError(
+                f"model.heads ({self.heads}) must divide model.d_model ({self.d_model})"
+            )
+        return self
+
+
+class TrainConfig(_Section):
+    seed: int = Field(1234, description="Seed for init, dropout and shuffling.")
+    batch_tokens: int = Field(2048, ge=1, description="Max target tokens per batch.")
+    accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
+    max_epochs: int | None = Field(None, ge=1, description="Stop after this many epochs.")
+    max_minutes: float | None = Field(None, gt=0, description="Stop after this much wall time.")
+    eval_every: int = Field(500, ge=1, description="Validate every N updates (and at the end).")
+    log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
+    warmup_steps: int = Field(300, ge=0, description="Linear warm-up, then 1/sqrt(step) decay.")
+    betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW betas.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    label_smoothing: float = Field(0.1, ge=0, lt=1, description="Label smoothing of the loss.")
+    clip_norm: float | None = Field(1.0, gt=0, description="Gradient norm clip (null = off).")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto = bf16 autocast where the device supports it, else fp32."
+    )
+    compile: bool = Field(False, description="Wrap the model in torch.compile.")
+    patience: int | None = Field(
+        None, ge=1, description="Stop after N validations without a better val BLEU."
+    )
+    threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
+
+
+class DecodeConfig(_Section):
+    beam: int = Field(5, ge=1, description="Beam size (1 = greedy).")
+    length_penalty: float = Field(1.0, ge=0, description="Score / len**alpha when ranking.")
+    max_len_a: float = Field(1.5, ge=0, description="Max output length = a * src_len + b.")
+    max_len_b: int = Field(10, ge=1, description="Max output length = a * src_len + b.")
+    batch_size: int = Field(64, ge=1, description="Sentences decoded together.")
+
+
+class Config(_Section):
+    data: DataConfig = Field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    decode: DecodeConfig = Field(default_factory=DecodeConfig)
+
+    @model_validator(mode="after")
+    def _tying_needs_joint_vocab(self) -> Config:
+        if self.model.tie_embeddings and not self.tokenizer.joint:
+            raise ValueError("model.tie_embeddings needs tokenizer.joint: true")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for YAML/JSON (tuples become lists)."""
+        return self.model_dump(mode="json")
+
+
+def _all_key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        paths.append(path)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths.extend(_all_key_paths(ann, path + "."))
+    return paths
+
+
+def suggest_key(path: str) -> str:
+    """' (did you mean X?)' for the closest valid key path, or '' when nothing is close."""
+    candidates = _all_key_paths(Config)
+    section = path.split(".")[0]
+    same_section = [c for c in candidates if c.startswith(section + ".")]
+    match = difflib.get_close_matches(path, same_section or candidates, n=1, cutoff=0.6)
+    if not match:
+        match = difflib.get_close_matches(path, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    path = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        return f"{source}: {path}: unknown key{suggest_key(path)}"
+    msg = first["msg"].removeprefix("Value error, ")
+    given = first.get("input")
+    if path and first["type"] != "value_error":
+        return f"{source}: {path}: {msg} (got {given!r})"
+    return f"{source}: {path + ': ' if path else ''}{msg}"
+
+
+def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
+    """Validate a plain dict; errors name `source` and the key path."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as err:
+        raise AttncliError(_format_validation_error(err, source)) from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """'train.max_steps=20' -> (['train', 'max_steps'], 20); the value is read as YAML."""
+    if "=" not in item:
+        raise AttncliError(f"--set {item!r}: expected KEY=VALUE, e.g. train.max_steps=20")
+    key, value = item.split("=", 1)
+    parts = key.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise AttncliError(
+            f"--set {item!r}: KEY must be section.key, e.g. model.dropout{suggest_key(key)}"
+        )
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `--set` items to a raw config dict (validation happens afterwards)."""
+    for item in overrides:
+        (section, key), value = parse_override(item)
+        if section not in Config.model_fields:
+            raise AttncliError(f"--set {section}.{key}: unknown section{suggest_key(section)}")
+        node = raw.setdefault(section, {})
+        if not isinstance(node, dict):
+            raise AttncliError(f"--set {section}.{key}: {section} is not a section")
+        node[key] = value
+    return raw
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; malformed YAML names the file and line."""
+    if not path.is_file():
+        raise AttncliError(f"{path}: config file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise AttncliError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise AttncliError(f"{path}:{where}: malformed YAML: {problem}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise AttncliError(f"{path}: expected a mapping of sections (data, model, ...) at top")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read, override and validate a YAML config."""
+    path = Path(path)
+    raw = apply_overrides(read_yaml(path), overrides or [])
+    return parse_config(raw, source=str(path))
+
+
+def save_config(config: Config, path: Path) -> None:
+    """Write the fully resolved config (every key, defaults included)."""
+    from attncli.runs import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True))

@@ -1,0 +1,52 @@
+"""Choosing the device and the numeric precision, in one place for train, eval and bench."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from attncli.errors import AttncliError
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when present else cpu; 'cuda' without CUDA is a user error (exit 2)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttncliError("--device cuda: CUDA is not available on this machine "
+                           f"(torch {torch.__version__}); use --device cpu")
+    if name not in ("cpu", "cuda"):
+        raise AttncliError(f"--device {name}: expected auto, cpu or cuda")
+    return torch.device(name)
+
+
+def cpu_supports_bf16() -> bool:
+    """True where the CPU has native bf16 matrix instructions (AVX-512-BF16 or AMX)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """'auto' -> 'bf16' on CUDA with bf16 support or a bf16-capable CPU, else 'fp32'."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_supports_bf16() else "fp32"
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, precision: str) -> Iterator[None]:
+    """bf16 autocast (fp32 master weights) when precision is 'bf16'; a no-op for 'fp32'."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        yield
+
+
+def set_threads(threads: int | None) -> None:
+    """Use `threads` CPU threads (None keeps torch's default: all cores)."""
+    if threads:
+        torch.set_num_threads(threads)

@@ -1,0 +1,152 @@
+"""The encoder-decoder Transformer, built from a `ModelConfig`.
+
+    src tokens (batch, src_len) ─► embed·√d + positions ─► N × EncoderLayer ─► memory
+    tgt tokens (batch, tgt_len) ─► embed·√d + positions ─► M × DecoderLayer(memory) ─► logits
+
+``decode`` takes a ``DecoderCache`` for incremental decoding: each call then feeds only the new
+target positions, and cross-attention keys/values are computed once per source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attncli.config import ModelConfig
+from attncli.model.attention import padding_mask
+from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer key/value caches plus how many target positions were decoded so far."""
+
+    layers: list[LayerCache]
+    length: int = 0
+
+    @classmethod
+    def empty(cls, num_layers: int) -> DecoderCache:
+        return cls([LayerCache() for _ in range(num_layers)])
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` in every cache (beam search reordering)."""
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
+            layer.cross_attn.reorder(index)
+
+
+@dataclass
+class DecoderOutput:
+    """Logits (batch, tgt_len, vocab) and, when asked, cross-attention weights per layer."""
+
+    logits: Tensor
+    cross_attention: list[Tensor] = field(default_factory=list)  # (batch, heads, tgt, src) each
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer (Vaswani et al. 2017) with pre- or post-norm blocks."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
+        super().__init__()
+        if cfg.tie_embeddings and src_vocab != tgt_vocab:
+            raise ValueError("tied embeddings need one joint vocabulary")
+        self.cfg, self.pad_id, self.d_model = cfg, pad_id, cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.tie_embeddings
+            else nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=pad_id)
+        )
+        self.positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        layer_args = dict(
+            d_model=cfg.d_model, heads=cfg.heads, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
+            norm=cfg.norm, attention_dropout=cfg.attention_dropout, impl=cfg.attention,
+            scoring=cfg.scoring,
+        )
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(**layer_args) for _ in range(cfg.enc_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(**layer_args) for _ in range(cfg.dec_layers)
+        )
+        # Pre-norm leaves the residual stream un-normalised: one final norm per stack.
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.output_bias = nn.Parameter(torch.zeros(tgt_vocab))
+        self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform matrices, zero biases, N(0, d^-1/2) embeddings (pad row zero)."""
+        for name, p in self.named_parameters():
+            if "embed" in name:
+                nn.init.normal_(p, mean=0.0, std=self.d_model**-0.5)
+                with torch.no_grad():
+                    p[self.pad_id].zero_()
+            elif p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, shared embeddings counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int = 0) -> Tensor:
+        """tokens (batch, len) -> (batch, len, d_model): scaled embedding + positions."""
+        x = embedding(tokens) * math.sqrt(self.d_model)
+        return self.embed_dropout(x + self.positions(tokens.size(1), offset).to(x.dtype))
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """(batch, src_len) tokens -> (batch, 1, 1, src_len) boolean, True on real tokens."""
+        return padding_mask(src != self.pad_id)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (batch, src_len) -> memory (batch, src_len, d_model), mask (batch, 1, 1, src_len)."""
+        src_mask = self.source_mask(src)
+        x = self._embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> DecoderOutput:
+        """tgt (batch, tgt_len) target prefix (starting with BOS) -> logits (batch, tgt_len, V).
+
+        With ``cache``, ``tgt`` holds only the positions not decoded yet (usually one) and the
+        cache grows by ``tgt_len``.
+        """
+        offset = cache.length if cache is not None else 0
+        x = self._embed(self.tgt_embed, tgt, offset)
+        weights = []
+        for i, layer in enumerate(self.decoder_layers):
+            x, w = layer(x, memory, src_mask, cache.layers[i] if cache else None, need_weights)
+            if need_weights:
+                weights.append(w)
+        if cache is not None:
+            cache.length += tgt.size(1)
+        return DecoderOutput(self.project(self.decoder_norm(x)), weights)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """(batch, len, d_model) -> (batch, len, vocab) logits (tied to embeddings if joint)."""
+        weight = self.tgt_embed.weight if self.output is None else self.output.weight
+        return F.linear(hidden, weight, self.output_bias)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache.empty(len(self.decoder_layers))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (batch, tgt_len, vocab) for training."""
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask).logits

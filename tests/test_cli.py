@@ -1,0 +1,41 @@
+"""The command line surface: commands, help, version, usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from attncli import __version__
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attncli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_lists_the_four_commands():
+    out = _cli("--help")
+    assert out.returncode == 0
+    for command in ("train", "eval", "translate", "bench"):
+        assert command in out.stdout
+
+
+@pytest.mark.parametrize("command, option", [
+    ("train", "--resume"), ("eval", "--split"), ("translate", "--attention-png"),
+    ("bench", "--suite"),
+])
+def test_each_command_has_help_with_its_options(command, option):
+    out = _cli(command, "--help")
+    assert out.returncode == 0 and option in out.stdout
+
+
+def test_version():
+    out = _cli("--version")
+    assert out.returncode == 0 and __version__ in out.stdout
+
+
+def test_unknown_option_is_a_usage_error_with_exit_2():
+    out = _cli("train", "--bogus")
+    assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -1,0 +1,96 @@
+"""Config: defaults, overrides with type conversion, and one-line errors from the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attncli.config import Config, load_config
+from attncli.errors import AttncliError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_required_key_names_exist_with_defaults():
+    cfg = Config()
+    for section, key in [("data", "dataset"), ("data", "src"), ("data", "tgt"),
+                         ("train", "max_steps"), ("train", "max_minutes"),
+                         ("train", "eval_every"), ("train", "batch_tokens")]:
+        assert hasattr(getattr(cfg, section), key)
+
+
+def test_overrides_convert_types(tmp_path):
+    path = _write(tmp_path, "model:\n  d_model: 64\n  heads: 4\n")
+    cfg = load_config(path, ["train.max_steps=20", "model.dropout=0.3", "data.src=fr",
+                             "train.compile=true"])
+    assert cfg.train.max_steps == 20 and cfg.model.dropout == 0.3
+    assert cfg.data.src == "fr" and cfg.train.compile is True and cfg.model.d_model == 64
+
+
+def test_all_shipped_configs_validate():
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "text, overrides, expected",
+    [
+        ("model:\n  d_model: 256\n   heads: 4\n", [], "line 3"),
+        ("model:\n  d_modle: 256\n", [], "model.d_modle: unknown key (did you mean model.d_model?)"),
+        ("modle:\n  d_model: 256\n", [], "modle: unknown key (did you mean model?)"),
+        ("model:\n  d_model: 250\n  heads: 4\n", [], "model.heads (4) must divide model.d_model"),
+        ("model:\n  dropout: lots\n", [], "model.dropout"),
+        ("train:\n  max_steps: -3\n", [], "train.max_steps"),
+        ("", ["train.max_stpes=5"], "train.max_stpes: unknown key (did you mean train.max_steps?)"),
+        ("", ["train.max_steps"], "expected KEY=VALUE"),
+        ("- just\n- a list\n", [], "expected a mapping"),
+    ],
+)
+def test_bad_config_raises_one_line_error(tmp_path, text, overrides, expected):
+    path = _write(tmp_path, text)
+    with pytest.raises(AttncliError) as info:
+        load_config(path, overrides)
+    message = str(info.value)
+    assert expected in message and "\n" not in message
+    if "--set" not in message:
+        assert str(path) in message
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attncli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "text, extra, expected",
+    [
+        ("model:\n  d_model: [256\n", [], "malformed YAML"),
+        ("model:\n  d_modle: 256\n", [], "did you mean model.d_model?"),
+        ("model:\n  d_model: 100\n  heads: 3\n", [], "must divide model.d_model"),
+        ("model:\n  dropout: lots\n", [], "model.dropout"),
+        ("model:\n  d_model: 64\n", ["--set", "model.hedas=2"], "did you mean model.heads?"),
+    ],
+)
+def test_cli_reports_bad_config_in_one_line_with_exit_2(tmp_path, text, extra, expected):
+    path = _write(tmp_path, text)
+    result = _cli("train", str(path), "--runs-dir", str(tmp_path / "runs"), *extra)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_cli_missing_config_file(tmp_path):
+    result = _cli("train", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "config file not found" in result.stderr
+    assert "Traceback" not in result.stderr
