@@ -43,6 +43,15 @@ class TokenizerConfig(_Section):
     character_coverage: float = Field(
         1.0, gt=0.0, le=1.0, description="Share of characters covered (0.9995 for zh/ja)."
     )
+    model_file: str | None = Field(
+        None, description="Use this trained joint SentencePiece model instead of training one."
+    )
+
+    @model_validator(mode="after")
+    def _model_file_is_joint(self) -> TokenizerConfig:
+        if self.model_file and not self.joint:
+            raise ValueError("tokenizer.model_file needs tokenizer.joint: true")
+        return self
 
 
 class ModelConfig(_Section):

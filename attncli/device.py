@@ -25,7 +25,8 @@ def resolve_device(name: str) -> torch.device:
 def cpu_supports_bf16() -> bool:
     """True where the CPU has native bf16 matrix instructions (AVX-512-BF16 or AMX)."""
     try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        mkldnn = torch.backends.mkldnn
+        return bool(mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
 

@@ -42,3 +42,66 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def _shade(weight: float) -> str:
+    """A rich style for one heatmap cell: dark for 0, bright for 1, readable text on top."""
+    level = round(255 * min(max(weight, 0.0), 1.0))
+    text = "black" if weight > 0.5 else "grey70"
+    return f"{text} on rgb({level},{level},{round(level * 0.6)})"
+
+
+def attention_table(weights: Sequence[Sequence[float]], src_pieces: Sequence[str],
+                    tgt_pieces: Sequence[str], title: str):
+    """Cross-attention (tgt_len, src_len) as a rich table for the terminal.
+
+    Source subwords across, target subwords down; each cell is shaded by its weight and shows
+    it in percent ("." below 0.5 %), so the picture also survives a pipe without colours.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, box=None, padding=(0, 1, 0, 0), show_edge=False,
+                  title_justify="left")
+    table.add_column("", justify="right", style="bold", no_wrap=True)
+    for piece in src_pieces:
+        table.add_column(piece, justify="right", no_wrap=True, min_width=3)
+    for piece, row in zip(tgt_pieces, weights, strict=True):
+        cells = [Text(f"{round(100 * w)}" if w >= 0.005 else ".", style=_shade(w)) for w in row]
+        table.add_row(piece, *cells)
+    return table
+
+
+def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str], path: Path,
+                   title: str) -> None:
+    """Cross-attention of one layer, (heads, tgt_len, src_len): one panel per head plus their
+    mean, saved as a PNG."""
+    import warnings
+
+    import numpy as np
+
+    plt = _pyplot()
+    weights = np.asarray(weights, dtype=np.float32)
+    panels = [(f"head {h}", weights[h]) for h in range(weights.shape[0])]
+    panels.append(("mean of heads", weights.mean(axis=0)))
+    cols = min(len(panels), 3)
+    rows = -(-len(panels) // cols)
+    cell = 0.28  # inches per token
+    width = max(3.0, 1.2 + cell * len(src_pieces))
+    height = max(2.5, 1.2 + cell * len(tgt_pieces))
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * width, rows * height), squeeze=False)
+    with warnings.catch_warnings():  # glyphs missing from the font (CJK) are not worth a warning
+        warnings.simplefilter("ignore")
+        for ax, (name, data) in zip(axes.flat, panels, strict=False):
+            ax.imshow(data, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.set_title(name, fontsize=9)
+            ax.set_xticks(range(len(src_pieces)), src_pieces, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(tgt_pieces)), tgt_pieces, fontsize=7)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

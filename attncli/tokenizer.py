@@ -80,8 +80,14 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, vocab_size: int) -> b
 
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
                     paths: RunPaths) -> Tokenizer:
-    """Train the model(s) on the training split and save them into the run folder."""
-    if cfg.joint:
+    """Train the model(s) on the training split and save them into the run folder.
+
+    With `tokenizer.model_file` the given model is checked and copied instead of training one.
+    """
+    if cfg.model_file:
+        check_model_file(cfg)
+        atomic_write_bytes(paths.spm_model(), Path(cfg.model_file).read_bytes())
+    elif cfg.joint:
         atomic_write_bytes(paths.spm_model(), _train_one([*src_texts, *tgt_texts], cfg,
                                                          cfg.vocab_size))
     else:
@@ -102,6 +108,12 @@ def _load_one(path: Path) -> spm.SentencePieceProcessor:
         raise AttncliError(f"{path}: SentencePiece model has other special ids than "
                            f"pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}")
     return proc
+
+
+def check_model_file(cfg: TokenizerConfig) -> None:
+    """Fail early (before a run folder exists) when `tokenizer.model_file` is unusable."""
+    if cfg.model_file:
+        _load_one(Path(cfg.model_file))
 
 
 def load_tokenizer(paths: RunPaths, joint: bool) -> Tokenizer:

@@ -45,7 +45,8 @@ def test_all_shipped_configs_validate():
     "text, overrides, expected",
     [
         ("model:\n  d_model: 256\n   heads: 4\n", [], "line 3"),
-        ("model:\n  d_modle: 256\n", [], "model.d_modle: unknown key (did you mean model.d_model?)"),
+        ("model:\n  d_modle: 256\n", [],
+         "model.d_modle: unknown key (did you mean model.d_model?)"),
         ("modle:\n  d_model: 256\n", [], "modle: unknown key (did you mean model?)"),
         ("model:\n  d_model: 250\n  heads: 4\n", [], "model.heads (4) must divide model.d_model"),
         ("model:\n  dropout: lots\n", [], "model.dropout"),

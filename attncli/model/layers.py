@@ -27,7 +27,8 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
         position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
-        freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model))
+        even = torch.arange(0, d_model, 2, dtype=torch.float32)  # 2i
+        freq = torch.exp(even * (-math.log(1e4) / d_model))  # 1 / 10000^(2i/d)
         table = torch.zeros(max_len, d_model)
         table[:, 0::2] = torch.sin(position * freq)
         table[:, 1::2] = torch.cos(position * freq[: d_model // 2])
@@ -77,7 +78,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, norm: str,
                  attention_dropout: float = 0.0, impl: str = "fused", scoring: str = "dot"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, "self", attention_dropout, impl, scoring)
+        self.self_attn = MultiHeadAttention(
+            d_model, heads, "self", attention_dropout, impl, scoring
+        )
         self.ff = FeedForward(d_model, ff_dim, dropout)
         self.attn_block = Residual(d_model, dropout, norm)
         self.ff_block = Residual(d_model, dropout, norm)
@@ -102,7 +105,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, norm: str,
                  attention_dropout: float = 0.0, impl: str = "fused", scoring: str = "dot"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, "self", attention_dropout, impl, scoring)
+        self.self_attn = MultiHeadAttention(
+            d_model, heads, "self", attention_dropout, impl, scoring
+        )
         self.cross_attn = MultiHeadAttention(
             d_model, heads, "cross", attention_dropout, impl, scoring
         )

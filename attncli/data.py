@@ -1,0 +1,173 @@
+"""Find a parallel data set by name and read one split of it through Hugging Face `datasets`.
+
+Where a name is looked up, in order:
+
+1. an explicit path (a folder of split files, or one file);
+2. ``$ATTNCLI_DATA_DIR/<name>``;
+3. ``./data/<name>``;
+4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``; ``owner/name`` is passed
+   through). A Hub download is saved as JSON Lines under ``./data/<name>`` so the next run
+   works offline.
+
+Local layouts, per split (``train``, ``val`` — also ``valid``/``dev``/``validation`` —, ``test``):
+``<split>.jsonl`` (one object per line, one key per language), ``<split>.tsv`` (a header row
+naming the languages), or plain parallel text ``<split>.<lang>``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from attncli.config import DataConfig
+from attncli.errors import AttncliError
+
+HUB_ALIASES = {"multi30k": "bentrevett/multi30k"}
+SPLIT_NAMES = {
+    "train": ("train",),
+    "val": ("val", "valid", "validation", "dev"),
+    "test": ("test",),
+}
+
+
+@dataclass
+class ParallelText:
+    """One split of a parallel corpus: aligned source and target sentences."""
+
+    src: list[str]
+    tgt: list[str]
+    name: str
+    split: str
+    dropped_empty: int = 0
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def head(self, limit: int | None) -> ParallelText:
+        """The first `limit` pairs (all when None): quick experiments and tests."""
+        if limit is None or limit >= len(self):
+            return self
+        return ParallelText(self.src[:limit], self.tgt[:limit], self.name, self.split,
+                            self.dropped_empty)
+
+
+def data_dirs() -> list[Path]:
+    """The local folders searched for a data set, in order."""
+    dirs = []
+    if os.environ.get("ATTNCLI_DATA_DIR"):
+        dirs.append(Path(os.environ["ATTNCLI_DATA_DIR"]))
+    dirs.append(Path("data"))
+    return dirs
+
+
+def _local_candidates(name: str) -> list[Path]:
+    return [Path(name), *(d / name for d in data_dirs())]
+
+
+def resolve_dataset(name: str) -> Path:
+    """A local folder or file holding the data set, downloading it from the Hub if needed."""
+    looked = []
+    for candidate in _local_candidates(name):
+        looked.append(str(candidate))
+        if candidate.is_file() or (candidate.is_dir() and any(candidate.iterdir())):
+            return candidate
+    return _download_from_hub(name, looked)
+
+
+def _download_from_hub(name: str, looked: list[str]) -> Path:
+    hub_id = HUB_ALIASES.get(name, name if "/" in name else None)
+    advice = (f"put {name}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "
+              f"ATTNCLI_DATA_DIR to it")
+    if hub_id is None:
+        raise AttncliError(f"data set {name!r} not found (looked in {', '.join(looked)}); "
+                           f"{advice}, or name a Hub data set as owner/name")
+    try:
+        import datasets
+
+        remote = datasets.load_dataset(hub_id)
+    except Exception as err:  # network, auth, missing repo: all end the same way for the user
+        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise AttncliError(f"data set {name!r} not found locally (looked in {', '.join(looked)}) "
+                           f"and the Hub copy {hub_id} could not be loaded ({reason}); {advice}"
+                           ) from None
+    target = Path("data") / name.replace("/", "__")
+    target.mkdir(parents=True, exist_ok=True)
+    for split, ds in remote.items():
+        canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
+        ds.to_json(str(target / f"{canonical}.jsonl"), force_ascii=False)
+    return target
+
+
+def _check_utf8(path: Path) -> None:
+    """Non-UTF-8 bytes are an error naming the file and line (before `datasets` sees them)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise AttncliError(f"{path}: line {line}: not valid UTF-8 ({err.reason})") from None
+
+
+def _split_file(folder: Path, split: str, suffixes: tuple[str, ...]) -> Path | None:
+    for stem in SPLIT_NAMES.get(split, (split,)):
+        for suffix in suffixes:
+            if (folder / f"{stem}{suffix}").is_file():
+                return folder / f"{stem}{suffix}"
+    return None
+
+
+def _load_columns(location: Path, split: str, src: str, tgt: str) -> tuple[list, list]:
+    """Read the two language columns of one split with a `datasets` builder (cached, mmapped)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    folder = location if location.is_dir() else location.parent
+    if location.is_file():
+        table_file = location
+    else:
+        table_file = _split_file(folder, split, (".jsonl", ".json", ".tsv"))
+    if table_file is not None:
+        _check_utf8(table_file)
+        if table_file.suffix == ".tsv":
+            ds = datasets.load_dataset("csv", data_files=str(table_file), delimiter="\t",
+                                       split="train", quoting=3, keep_default_na=False)
+        else:
+            ds = datasets.load_dataset("json", data_files=str(table_file), split="train")
+        missing = [lang for lang in (src, tgt) if lang not in ds.column_names]
+        if missing:
+            raise AttncliError(f"{table_file}: no language {missing[0]!r} in this data set "
+                               f"(it has: {', '.join(ds.column_names)})")
+        return ds[src], ds[tgt]
+    text_files = [_split_file(folder, split, (f".{lang}",)) for lang in (src, tgt)]
+    if all(text_files):
+        columns = []
+        for path in text_files:
+            _check_utf8(path)
+            ds = datasets.load_dataset("text", data_files=str(path), split="train",
+                                       keep_linebreaks=False)
+            columns.append(ds["text"])
+        if len(columns[0]) != len(columns[1]):
+            raise AttncliError(f"{text_files[0]} and {text_files[1]} have different line counts "
+                               f"({len(columns[0])} vs {len(columns[1])})")
+        return columns[0], columns[1]
+    found = sorted(p.name for p in folder.iterdir())[:8]
+    raise AttncliError(f"{folder}: no {split} split for {src}-{tgt} (expected {split}.jsonl, "
+                       f"{split}.tsv or {split}.{src} + {split}.{tgt}; found {', '.join(found)})")
+
+
+def load_split(cfg: DataConfig, split: str) -> ParallelText:
+    """One split of the configured data set; empty and whitespace-only pairs are dropped."""
+    location = resolve_dataset(cfg.dataset)
+    src_col, tgt_col = _load_columns(location, split, cfg.src, cfg.tgt)
+    src, tgt = [], []
+    for s, t in zip(src_col, tgt_col, strict=True):
+        s, t = (s or "").strip(), (t or "").strip()
+        if s and t:
+            src.append(s)
+            tgt.append(t)
+    if not src:
+        raise AttncliError(f"{location}: the {split} split of {cfg.dataset} has no non-empty "
+                           f"{cfg.src}-{cfg.tgt} pairs")
+    return ParallelText(src, tgt, cfg.dataset, split, dropped_empty=len(src_col) - len(src))
