@@ -156,6 +156,9 @@ def bench(
 
 def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
+    from attncli.device import keep_freed_memory
+
+    keep_freed_memory()
     try:
         app(standalone_mode=False)
     except AttncliError as err:
