@@ -1,0 +1,201 @@
+"""Translate a split with a trained run and score it with sacreBLEU (BLEU and chrF).
+
+The helpers are shared: the trainer scores greedy BLEU on validation with ``translate_texts``
+and ``corpus_scores`` on the model it holds in memory; ``translate`` uses ``encode_sources``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attncli.checkpoint import TrainedModel, load_trained_model
+from attncli.config import DecodeConfig
+from attncli.device import resolve_device, resolve_precision
+from attncli.errors import AttncliError
+from attncli.model.transformer import Seq2SeqTransformer
+from attncli.runs import atomic_write_json, atomic_write_text
+from attncli.search import Hypothesis, translate_ids
+from attncli.tokenizer import EOS_ID, Tokenizer
+
+# Positions kept free when a long source is cut: the model never saw sources near the limit,
+# and a few spare positions cost nothing.
+SOURCE_MARGIN = 8
+
+# sacreBLEU tokenizers to try, best first, for targets that do not separate words by spaces.
+_CJK_TOKENIZERS = {"zh": ("zh",), "ja": ("ja-mecab", "char"), "ko": ("ko-mecab", "char")}
+
+# Called for each source that was cut: (index in the input, its length, the length kept).
+TruncateHook = Callable[[int, int, int], None]
+
+
+@functools.cache
+def bleu_tokenizer(tgt_lang: str) -> str:
+    """The sacreBLEU tokenizer for a target language: 13a, or zh / ja-mecab / ko-mecab / char.
+
+    MeCab needs optional packages (``sacrebleu[ja]``, ``sacrebleu[ko]``); without them
+    Japanese and Korean fall back to characters.
+    """
+    from sacrebleu.metrics import BLEU
+
+    lang = tgt_lang.lower().replace("_", "-").split("-")[0]
+    for name in _CJK_TOKENIZERS.get(lang, ("13a",)):
+        try:
+            BLEU(tokenize=name)
+        except (ImportError, RuntimeError):
+            continue
+        return name
+    return "char"
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> dict[str, Any]:
+    """Corpus BLEU and chrF of detokenized hypotheses against one reference each.
+
+    Returns bleu, chrf, signature (BLEU's sacreBLEU signature) and chrf_signature.
+    """
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses for {len(refs)} references")
+    if not hyps:
+        raise AttncliError("nothing to score: no sentences")
+    bleu, chrf = BLEU(tokenize=bleu_tokenizer(tgt_lang)), CHRF()
+    bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
+    chrf_score = chrf.corpus_score(list(hyps), [list(refs)])
+    return {
+        "bleu": bleu_score.score,
+        "chrf": chrf_score.score,
+        "signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: int,
+                   on_truncate: TruncateHook | None = None) -> list[list[int]]:
+    """Source ids ending in EOS, each cut to fit the model's positions (minus a margin)."""
+    limit = max(max_positions - SOURCE_MARGIN, 2)
+    ids = tokenizer.encode_src(texts)
+    for i, seq in enumerate(ids):
+        if len(seq) > limit:
+            ids[i] = [*seq[: limit - 1], EOS_ID]
+            if on_truncate is not None:
+                on_truncate(i, len(seq), limit)
+    return ids
+
+
+def translate_texts(
+    model: Seq2SeqTransformer,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    cfg: DecodeConfig,
+    beam: int,
+    nbest: int,
+    device: torch.device | str,
+    need_attention: bool = False,
+    on_truncate: TruncateHook | None = None,
+    progress: Callable[[int], None] | None = None,
+    precision: str = "fp32",
+) -> list[list[Hypothesis]]:
+    """Tokenize, decode (greedy when ``beam == 1``) and return ``nbest`` hypotheses per text.
+
+    Detokenize a hypothesis with ``tokenizer.decode_tgt(h.tokens)``.
+    """
+    src_ids = encode_sources(tokenizer, texts, model.cfg.max_positions, on_truncate)
+    return translate_ids(model, src_ids, cfg, beam, nbest, device, need_attention, progress,
+                         precision)
+
+
+def decode_precision(trained: TrainedModel) -> str:
+    """Decode in the precision the run trained in: train.precision, 'auto' resolved here."""
+    return resolve_precision(trained.config.train.precision, trained.device)
+
+
+def evaluate_split(
+    trained: TrainedModel,
+    texts_src: Sequence[str],
+    texts_ref: Sequence[str],
+    beam: int,
+    on_truncate: TruncateHook | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Translate ``texts_src`` with the run's decode settings and precision and score against
+    ``texts_ref``.
+
+    Returns the scores (see ``corpus_scores``) plus beam, sentences, seconds, sentences_per_s,
+    and ``hypotheses``: the detokenized best translations in input order.
+    """
+    cfg = trained.config
+    start = time.perf_counter()
+    found = translate_texts(trained.model, trained.tokenizer, texts_src, cfg.decode, beam, 1,
+                            trained.device, on_truncate=on_truncate, progress=progress,
+                            precision=decode_precision(trained))
+    seconds = time.perf_counter() - start
+    hyps = [trained.tokenizer.decode_tgt(h[0].tokens) for h in found]
+    return {
+        **corpus_scores(hyps, texts_ref, cfg.data.tgt),
+        "beam": beam,
+        "sentences": len(hyps),
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(len(hyps) / seconds, 2) if seconds > 0 else None,
+        "hypotheses": hyps,
+    }
+
+
+def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
+                 device: str) -> None:
+    """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from attncli.data import load_split
+
+    trained = load_trained_model(Path(run_dir), resolve_device(device))
+    config = trained.config
+    data_cfg = config.data.model_copy(update={"dataset": data}) if data else config.data
+    parallel = load_split(data_cfg, split)
+    beam = beam or config.decode.beam
+    err = Console(stderr=True)
+
+    truncated: list[int] = []
+    with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task(f"translating {split} (beam {beam})", total=len(parallel.src))
+        result = evaluate_split(
+            trained, parallel.src, parallel.tgt, beam,
+            on_truncate=lambda i, length, kept: truncated.append(i),
+            progress=lambda done: bar.advance(task, done),
+        )
+    if truncated:
+        limit = config.model.max_positions - SOURCE_MARGIN
+        print(f"warning: {len(truncated)} source sentence(s) longer than {limit} subwords were "
+              f"cut to fit the model (first: line {truncated[0] + 1})", file=sys.stderr)
+
+    hyps = result.pop("hypotheses")
+    report = {"run": str(run_dir), "data": parallel.name, "split": split,
+              "precision": decode_precision(trained), **result}
+    paths = trained.paths
+    atomic_write_text(paths.eval_dir / f"{split}.hyp.txt", "".join(f"{h}\n" for h in hyps))
+    atomic_write_json(paths.eval_dir / f"{split}.json", report)
+
+    if json_out:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    table = Table(title=f"{Path(run_dir).name}: {parallel.name} {split}, beam {beam}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("BLEU", f"{report['bleu']:.2f}")
+    table.add_row("chrF", f"{report['chrf']:.2f}")
+    table.add_row("sentences", str(report["sentences"]))
+    table.add_row("seconds", f"{report['seconds']:.1f}")
+    table.add_row("sentences/s", f"{report['sentences_per_s']}")
+    out = Console()
+    out.print(table)
+    out.print(f"[dim]{report['signature']}[/dim]")
+    out.print(f"[dim]hypotheses: {paths.eval_dir / f'{split}.hyp.txt'}[/dim]")

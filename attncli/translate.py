@@ -1,0 +1,231 @@
+"""`attncli translate`: sentences from arguments, a file or standard input, through a run.
+
+Input is read and translated in chunks, so a pipe of any size streams through in bounded
+memory. A bad line (empty, not UTF-8) is reported on stderr with its number while the others
+are still translated; the command then exits 2. The model loads once per invocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+from attncli.checkpoint import TrainedModel, load_trained_model
+from attncli.device import resolve_device
+from attncli.errors import AttncliError
+from attncli.evaluate import decode_precision, encode_sources
+from attncli.plots import attention_table, plot_attention
+from attncli.runs import find_latest_run
+from attncli.search import Hypothesis, translate_ids
+
+# Lines read and translated together from a file or a pipe (one at a time from a terminal).
+CHUNK_LINES = 256
+
+
+@dataclass
+class _Input:
+    """One sentence to translate, or the reason it cannot be (``problem``)."""
+
+    number: int  # 1-based position in the input
+    label: str  # how messages name it: "line 3", "argument 2", "notes.txt line 3"
+    text: str
+    problem: str | None = None
+
+
+def _check(number: int, label: str, text: str) -> _Input:
+    return _Input(number, label, text, None if text.strip() else "empty input")
+
+
+def _from_arguments(texts: Sequence[str]) -> Iterator[_Input]:
+    for number, text in enumerate(texts, 1):
+        try:  # undecodable argv bytes arrive as lone surrogates
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            yield _Input(number, f"argument {number}", "", "not valid UTF-8")
+            continue
+        yield _check(number, f"argument {number}", text)
+
+
+def _from_lines(stream: BinaryIO, prefix: str) -> Iterator[_Input]:
+    """Decode each line on its own, so one bad byte costs one line, not the whole input."""
+    for number, raw in enumerate(stream, 1):
+        label = f"{prefix}line {number}"
+        try:
+            text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+        except UnicodeDecodeError as err:
+            problem = f"not valid UTF-8 ({err.reason} at byte {err.start + 1})"
+            yield _Input(number, label, "", problem)
+            continue
+        yield _check(number, label, text.removeprefix("\ufeff") if number == 1 else text)
+
+
+def _chunks(inputs: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
+    iterator = iter(inputs)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+@contextlib.contextmanager
+def _output(path: Path | None) -> Iterator[TextIO]:
+    """stdout, or a file written under a temporary name and renamed once complete."""
+    if path is None:
+        yield sys.stdout
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], nbest: int,
+            json_out: bool) -> str:
+    if json_out:
+        return json.dumps({"line": item.number, "source": item.text, "hypotheses": texts,
+                           "scores": [round(h.score, 4) for h in hyps]}, ensure_ascii=False)
+    if nbest == 1:
+        return texts[0]
+    return "\n".join(f"{item.number}\t{h.score:.4f}\t{t}" for h, t in zip(hyps, texts,
+                                                                         strict=True))
+
+
+class _AttentionView:
+    """Shows the chosen translation's cross-attention: a terminal heatmap and/or PNG files."""
+
+    def __init__(self, trained: TrainedModel, layer: int, head: int | None, show: bool,
+                 png: Path | None, single: bool, to_stderr: bool):
+        layers, heads = trained.config.model.dec_layers, trained.config.model.heads
+        if not -layers <= layer < layers:
+            raise AttncliError(f"--layer {layer}: the model has {layers} decoder layers "
+                               f"(0..{layers - 1}, or -1 for the last)")
+        if head is not None and not 0 <= head < heads:
+            raise AttncliError(f"--head {head}: the model has {heads} heads (0..{heads - 1})")
+        self.tokenizer, self.show, self.png, self.single = trained.tokenizer, show, png, single
+        self.layer, self.head = layer % layers, head
+        self.console = None
+        if show:
+            from rich.console import Console
+
+            self.console = Console(stderr=to_stderr)
+
+    @property
+    def wanted(self) -> bool:
+        return self.show or self.png is not None
+
+    def __call__(self, item: _Input, src_ids: list[int], best: Hypothesis) -> None:
+        weights = best.attention[self.layer]  # (heads, tgt_len, src_len)
+        src = self.tokenizer.src_pieces(src_ids)
+        tgt = [*self.tokenizer.tgt_pieces(best.tokens), "</s>"]
+        which = "mean of heads" if self.head is None else f"head {self.head}"
+        title = f"{item.label}: cross-attention, decoder layer {self.layer}"
+        if self.console is not None:
+            shown = weights.mean(0) if self.head is None else weights[self.head]  # (tgt, src)
+            table = attention_table(shown.tolist(), src, tgt, f"{title}, {which}")
+            if not self.console.is_terminal:  # a pipe: as wide as the table needs
+                needed = max(map(len, tgt)) + 1 + sum(max(len(p), 3) + 1 for p in src)
+                self.console.width = max(80, needed)
+            self.console.print(table)
+        if self.png is not None:
+            path = self.png if self.single else self.png.with_name(
+                f"{self.png.stem}-{item.number}{self.png.suffix}")
+            plot_attention(weights.numpy(), src, tgt, path, title)
+            print(f"attention heatmap saved to {path}", file=sys.stderr)
+
+
+def _open_inputs(texts: Sequence[str], input_file: Path | None,
+                 stack: contextlib.ExitStack) -> tuple[Iterator[_Input], int]:
+    """The inputs and how many lines to translate together."""
+    if input_file is not None:
+        if texts:
+            raise AttncliError("give sentences as arguments or with --input, not both")
+        if not input_file.is_file():
+            raise AttncliError(f"--input {input_file}: no such file")
+        lines = stack.enter_context(input_file.open("rb"))
+        return _from_lines(lines, f"{input_file} "), CHUNK_LINES
+    if not texts or list(texts) == ["-"]:
+        interactive = sys.stdin.isatty()
+        return _from_lines(sys.stdin.buffer, ""), 1 if interactive else CHUNK_LINES
+    if len(texts) == 1:  # a lone bad argument: say so before loading the model
+        (only,) = _from_arguments(texts)
+        if only.problem:
+            raise AttncliError(only.problem)
+    return _from_arguments(texts), CHUNK_LINES
+
+
+def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest: int,
+                     need_attention: bool) -> tuple[list[list[int]], list[list[Hypothesis]]]:
+    """Source ids (after any cut, with a warning) and hypotheses for the good inputs."""
+
+    def warn(i: int, length: int, kept: int) -> None:
+        print(f"warning: {good[i].label}: {length} subwords, only the first {kept} are "
+              "translated", file=sys.stderr)
+
+    src_ids = encode_sources(trained.tokenizer, [item.text for item in good],
+                             trained.config.model.max_positions, warn)
+    found = translate_ids(trained.model, src_ids, trained.config.decode, beam, nbest,
+                          trained.device, need_attention=need_attention,
+                          precision=decode_precision(trained))
+    return src_ids, found
+
+
+def translate_command(
+    texts: Sequence[str],
+    run: Path | None,
+    beam: int | None,
+    nbest: int,
+    input_file: Path | None,
+    output_file: Path | None,
+    json_out: bool,
+    show_attention: bool,
+    attention_png: Path | None,
+    layer: int,
+    head: int | None,
+    device: str,
+) -> None:
+    """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
+    failed = total = 0
+    with contextlib.ExitStack() as stack:
+        inputs, chunk_size = _open_inputs(texts, input_file, stack)
+        run_dir = run if run is not None else find_latest_run(Path("runs")).root
+        trained = load_trained_model(run_dir, resolve_device(device))
+        beam = beam or trained.config.decode.beam
+        if nbest > beam:
+            raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")
+        view = _AttentionView(trained, layer, head, show_attention, attention_png,
+                              single=len(texts) == 1 and texts[0] != "-", to_stderr=json_out)
+        out = stack.enter_context(_output(output_file))
+        try:
+            for chunk in _chunks(inputs, chunk_size):
+                total += len(chunk)
+                for item in chunk:
+                    if item.problem is not None:
+                        failed += 1
+                        print(f"error: {item.label}: {item.problem}", file=sys.stderr)
+                good = [item for item in chunk if item.problem is None]
+                if not good:
+                    continue
+                src_ids, found = _translate_chunk(trained, good, beam, nbest, view.wanted)
+                for item, ids, hyps in zip(good, src_ids, found, strict=True):
+                    hyp_texts = [trained.tokenizer.decode_tgt(h.tokens) for h in hyps]
+                    out.write(_format(item, hyps, hyp_texts, nbest, json_out) + "\n")
+                    if view.wanted:
+                        out.flush()
+                        view(item, ids, hyps[0])
+                out.flush()
+        except BrokenPipeError:  # `... | head`: the reader is gone, nothing left to do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return
+    if failed:
+        raise AttncliError(f"{failed} of {total} inputs could not be translated (see above)")

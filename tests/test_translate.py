@@ -1,0 +1,283 @@
+"""`attncli translate` and `attncli eval` end to end on a tiny fake run, plus the scoring helpers.
+
+The run is built here (config, SentencePiece model, random weights): the tests are about the
+command's behaviour, not about translation quality.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from attncli.checkpoint import build_model, save_weights
+from attncli.config import (
+    Config,
+    DataConfig,
+    DecodeConfig,
+    ModelConfig,
+    TokenizerConfig,
+    save_config,
+)
+from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
+from attncli.runs import RunPaths
+from attncli.tokenizer import EOS_ID, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_POSITIONS = 64
+SRC_WORDS = ["the", "a", "cat", "dog", "man", "woman", "sees", "runs", "big", "small", "red",
+             "house", "street", "ball"]
+TGT_WORDS = ["der", "die", "katze", "hund", "mann", "frau", "sieht", "läuft", "groß", "klein",
+             "rot", "haus", "straße", "ball"]
+
+
+def _sentences(words: list[str], n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))).capitalize() + "."
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A folder holding runs/tiny (the newest run there) and data/tiny/{train,val,test}.jsonl."""
+    root = tmp_path_factory.mktemp("translate")
+    src, tgt = _sentences(SRC_WORDS, 60, 1), _sentences(TGT_WORDS, 60, 2)
+    for split, (start, stop) in {"train": (0, 40), "val": (40, 50), "test": (50, 60)}.items():
+        lines = [json.dumps({"en": s, "de": t}, ensure_ascii=False) + "\n"
+                 for s, t in zip(src[start:stop], tgt[start:stop], strict=True)]
+        (root / "data" / "tiny").mkdir(parents=True, exist_ok=True)
+        (root / "data" / "tiny" / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
+
+    paths = RunPaths(root / "runs" / "tiny")
+    paths.checkpoints.mkdir(parents=True)
+    config = Config(
+        data=DataConfig(dataset="tiny", src="en", tgt="de"),
+        tokenizer=TokenizerConfig(type="bpe", vocab_size=60),
+        model=ModelConfig(d_model=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64,
+                          dropout=0.0, max_positions=MAX_POSITIONS),
+        decode=DecodeConfig(beam=2, batch_size=8, max_len_a=1.0, max_len_b=5),
+    )
+    save_config(config, paths.config)
+    tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths)
+    torch.manual_seed(0)
+    save_weights(build_model(config, tokenizer), paths.weights("best"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def run_dir(workdir) -> Path:
+    return workdir / "runs" / "tiny"
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    return {**os.environ, "ATTNCLI_DATA_DIR": str(workdir / "data"), "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO), "HF_HOME": str(workdir / "hf"), "HF_DATASETS_OFFLINE": "1"}
+
+
+def _cli(workdir: Path, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """Run `python -m attncli ARGS` in `workdir`; stdout and stderr come back as text."""
+    done = subprocess.run([sys.executable, "-m", "attncli", *args], input=stdin,
+                          capture_output=True, cwd=workdir, env=_env(workdir), timeout=300)
+    out = subprocess.CompletedProcess(done.args, done.returncode,
+                                      done.stdout.decode("utf-8"), done.stderr.decode("utf-8"))
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+# --------------------------------------------------------------------------------------------
+# translate
+# --------------------------------------------------------------------------------------------
+
+
+def test_several_arguments_with_the_newest_run(workdir):
+    out = _cli(workdir, "translate", "The cat sees a dog.", "A red house.", "The man runs.")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 3
+
+
+def test_json_with_nbest_lists(workdir, run_dir):
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", "--nbest", "2",
+               "The cat sees a dog.", "A red house.")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["source"] for r in records] == ["The cat sees a dog.", "A red house."]
+    for r in records:
+        assert len(r["hypotheses"]) == len(r["scores"]) == 2
+        assert r["scores"] == sorted(r["scores"], reverse=True)
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--nbest", "3", "A cat.")
+    assert out.returncode == 2 and _error_lines(out.stderr) == [
+        "error: --nbest 3 needs --beam 3 or more (beam is 2)"]
+
+
+def test_stdin_bad_lines_are_reported_and_the_others_translated(workdir, run_dir):
+    lines = b"The cat sees a dog.\n\n   \nA red \xff\xfe house.\nThe man runs.\n"
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", stdin=lines)
+    assert out.returncode == 2
+    assert [json.loads(r)["source"] for r in out.stdout.splitlines()] == [
+        "The cat sees a dog.", "The man runs."]
+    errors = _error_lines(out.stderr)
+    assert errors[:3] == ["error: line 2: empty input", "error: line 3: empty input",
+                          "error: line 4: not valid UTF-8 (invalid start byte at byte 7)"]
+    assert errors[3:] == ["error: 3 of 5 inputs could not be translated (see above)"]
+
+
+def test_a_single_empty_argument_exits_2(workdir, run_dir):
+    out = _cli(workdir, "translate", "--run", str(run_dir), "  ")
+    assert out.returncode == 2 and _error_lines(out.stderr) == ["error: empty input"]
+    assert out.stdout == ""
+
+
+def test_stdin_is_translated_chunk_by_chunk_while_still_open(workdir, run_dir):
+    """The first chunk's translations arrive before the input ends (nothing waits for EOF)."""
+    from attncli.translate import CHUNK_LINES
+
+    proc = subprocess.Popen([sys.executable, "-m", "attncli", "translate", "--run", str(run_dir),
+                             "--beam", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=workdir, env=_env(workdir))
+    watchdog = threading.Timer(240, proc.kill)
+    watchdog.start()
+    try:
+        proc.stdin.write(b"A cat.\n" * CHUNK_LINES)
+        proc.stdin.flush()
+        first = [proc.stdout.readline() for _ in range(CHUNK_LINES)]
+        assert all(first), "translations of the first chunk should come before end of input"
+        proc.stdin.write(b"A dog.\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait() == 0 and len(rest.splitlines()) == 1
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("A cat.\n" + " ".join(["house"] * 5000) + "\n", encoding="utf-8")
+    target = tmp_path / "out" / "hyp.txt"
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source),
+               "--output", str(target), "--beam", "1")
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "line 2" in warnings[0]
+    assert f"only the first {MAX_POSITIONS - 8}" in warnings[0]
+    assert len(target.read_text(encoding="utf-8").splitlines()) == 2
+    assert out.stdout == ""
+
+
+def test_attention_heatmap_in_the_terminal_and_as_png(workdir, run_dir, tmp_path):
+    from attncli.tokenizer import load_tokenizer
+
+    png = tmp_path / "attention.png"
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--show-attention",
+               "--attention-png", str(png), "--layer", "0", "The cat sees a dog.")
+    assert out.returncode == 0, out.stderr
+    tokenizer = load_tokenizer(RunPaths(run_dir), joint=True)
+    for piece in tokenizer.src_pieces(tokenizer.encode_src(["The cat sees a dog."])[0]):
+        assert piece in out.stdout
+    assert "decoder layer 0" in out.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--layer", "2", "--layer 2: the model has 2 decoder layers (0..1, or -1 for the last)"),
+    ("--head", "4", "--head 4: the model has 4 heads (0..3)"),
+])
+def test_layer_and_head_are_checked(workdir, run_dir, option, value, message):
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--show-attention", option, value,
+               "A cat.")
+    assert out.returncode == 2 and _error_lines(out.stderr) == [f"error: {message}"]
+
+
+def _broken_run(workdir: Path, run_dir: Path, name: str, damage) -> Path:
+    """A copy of the run (config and tokenizer) whose best checkpoint `damage` spoils."""
+    broken = workdir / "broken" / name
+    (broken / "checkpoints").mkdir(parents=True)
+    for item in ("config.yaml", "spm.model"):
+        (broken / item).write_bytes((run_dir / item).read_bytes())
+    damage(RunPaths(broken).weights("best"), (run_dir / "checkpoints" / "best.safetensors"))
+    return broken
+
+
+@pytest.mark.parametrize("name, damage, message", [
+    ("no-checkpoint", lambda path, good: None, "no checkpoint yet"),
+    ("truncated", lambda path, good: path.write_bytes(good.read_bytes()[:500]),
+     "not a valid safetensors checkpoint"),
+    ("pickle", lambda path, good: torch.save({"weight": torch.zeros(3)}, path),
+     "not a valid safetensors checkpoint"),
+])
+def test_a_bad_run_folder_is_a_one_line_error(workdir, run_dir, name, damage, message):
+    broken = _broken_run(workdir, run_dir, name, damage)
+    out = _cli(workdir, "translate", "--run", str(broken), "A cat.")
+    assert out.returncode == 2
+    (error,) = out.stderr.splitlines()
+    assert error.startswith("error: ") and message in error
+
+
+def test_no_run_anywhere_is_a_one_line_error(tmp_path):
+    out = _cli(tmp_path, "translate", "A cat.")
+    assert out.returncode == 2 and "no trained run under runs/" in out.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# eval
+# --------------------------------------------------------------------------------------------
+
+
+def test_eval_writes_hypotheses_and_scores(workdir, run_dir):
+    out = _cli(workdir, "eval", str(run_dir), "--split", "test", "--beam", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["sentences"] == 10 and report["beam"] == 2
+    assert "tok:13a" in report["signature"]
+    for key in ("bleu", "chrf", "seconds", "sentences_per_s"):
+        assert report[key] >= 0
+    assert json.loads((run_dir / "eval" / "test.json").read_text("utf-8")) == report
+    assert len((run_dir / "eval" / "test.hyp.txt").read_text("utf-8").splitlines()) == 10
+    table = _cli(workdir, "eval", str(run_dir), "--split", "val")
+    assert table.returncode == 0 and "BLEU" in table.stdout and "chrF" in table.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# scoring helpers
+# --------------------------------------------------------------------------------------------
+
+
+def test_corpus_scores_are_sacrebleu_scores():
+    hyps = ["the cat sat on the mat", "a dog"]
+    refs = ["the cat sat on the mat", "a big dog"]
+    scores = corpus_scores(hyps, refs, "en")
+    assert 0 < scores["bleu"] < 100 and 0 < scores["chrf"] < 100
+    assert "tok:13a" in scores["signature"] and "nc:6" in scores["chrf_signature"]
+    assert corpus_scores(hyps, hyps, "en")["bleu"] == pytest.approx(100.0)
+
+
+def test_cjk_targets_use_a_matching_sacrebleu_tokenizer():
+    assert bleu_tokenizer("zh") == "zh" and bleu_tokenizer("zh-Hans") == "zh"
+    assert bleu_tokenizer("ja") in ("ja-mecab", "char")
+    assert bleu_tokenizer("ko") in ("ko-mecab", "char")
+    assert bleu_tokenizer("de") == "13a"
+    assert "tok:zh" in corpus_scores(["我爱你"], ["我爱你"], "zh")["signature"]
+
+
+def test_long_sources_are_cut_to_the_positions_and_end_in_eos(run_dir):
+    from attncli.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(RunPaths(run_dir), joint=True)
+    cut: list[tuple[int, int, int]] = []
+    ids = encode_sources(tokenizer, ["a cat", "house " * 200], 32,
+                         lambda i, n, kept: cut.append((i, n, kept)))
+    assert len(ids[1]) == 24 and ids[1][-1] == EOS_ID and ids[0][-1] == EOS_ID
+    assert [c[0] for c in cut] == [1] and cut[0][2] == 24
