@@ -11,6 +11,9 @@ import torch
 from attncli.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
+# Tests never wait on the network: a data set that is not local fails at once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
-import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from attncli.cli import main
 
 TINY = [
     "data.train_limit=400", "data.valid_limit=16", "data.max_len=60",
@@ -21,14 +25,43 @@ TINY = [
 REPO = Path(__file__).resolve().parents[1]
 
 
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, data_dir: Path | None = None, cwd: Path | None = None) -> Result:
+    """Run `attncli ARGS` in this process (a subprocess per run would re-import torch)."""
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_cwd, old_data = sys.argv, Path.cwd(), os.environ.get("ATTNCLI_DATA_DIR")
+    sys.argv = ["attncli", *args]
+    if data_dir is not None:
+        os.environ["ATTNCLI_DATA_DIR"] = str(data_dir)
+    os.chdir(cwd or REPO)
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+        if old_data is None:
+            os.environ.pop("ATTNCLI_DATA_DIR", None)
+        else:
+            os.environ["ATTNCLI_DATA_DIR"] = old_data
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 def _train(data_dir: Path, runs: Path, *args: str, sets: list[str] = (),
-           cwd: Path | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "attncli", "train", *args, "--runs-dir", str(runs)]
+           cwd: Path | None = None) -> Result:
+    cmd = ["train", *args, "--runs-dir", str(runs)]
     for item in [*TINY, *sets]:
         cmd += ["--set", item]
-    env = {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir)}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600,
-                          cwd=cwd or REPO)
+    return run_cli(*cmd, data_dir=data_dir, cwd=cwd)
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -47,11 +80,8 @@ def runs(tmp_path_factory, data_dir):
                                sets=["train.max_steps=6"])
     results["stopped"] = _train(data_dir, root, config, "--name", "split",
                                 sets=["train.max_steps=3"])
-    results["resumed"] = subprocess.run(
-        [sys.executable, "-m", "attncli", "train", "--resume", str(root / "split"),
-         "--set", "train.max_steps=6"],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-        env={**os.environ, "ATTNCLI_DATA_DIR": str(data_dir)})
+    results["resumed"] = run_cli("train", "--resume", str(root / "split"),
+                                 "--set", "train.max_steps=6", data_dir=data_dir)
     for name, result in results.items():
         assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
     return root
@@ -99,7 +129,7 @@ def test_new_run_never_overwrites_an_old_one(runs, data_dir):
     assert json.loads((runs / "straight" / "checkpoints" / "last.json").read_text())["step"] == 6
 
 
-def _assert_one_line_error(result: subprocess.CompletedProcess, expected: str) -> None:
+def _assert_one_line_error(result: Result, expected: str) -> None:
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -149,6 +179,5 @@ def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
     (tmp_path / "plain").mkdir()
     for folder, expected in [(tmp_path / "plain", "not a run folder"),
                              (tmp_path / "missing", "does not exist")]:
-        result = subprocess.run([sys.executable, "-m", "attncli", "train", "--resume",
-                                 str(folder)], capture_output=True, text=True, timeout=120)
+        result = run_cli("train", "--resume", str(folder))
         _assert_one_line_error(result, expected)

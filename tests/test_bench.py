@@ -1,0 +1,262 @@
+"""`attncli bench`: the shared timer, the three suites at tiny sizes, the JSON report, the CLI.
+
+No assertion here depends on how fast this machine is: the timer is checked with a clock the
+test controls, the suites by the shape and consistency of what they report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from attncli.batching import collate
+from attncli.bench import (
+    AttentionSizes,
+    TorchTransformerPeer,
+    attention_flops,
+    measured_matmul_peak,
+    run_bench,
+    seq2seq_forward_flops,
+    spec_bf16_peak,
+    synthetic_batches,
+    write_json,
+)
+from attncli.config import Config, ModelConfig, TokenizerConfig, TrainConfig
+from attncli.model.transformer import Seq2SeqTransformer
+from attncli.timing import Timing, measure
+from attncli.tokenizer import EOS_ID
+
+CPU = torch.device("cpu")
+TINY_ATTENTION = AttentionSizes(batch=1, heads=2, head_dim=16, lengths=(32, 512),
+                                additive_cap_bytes=2**20)
+
+
+@pytest.fixture
+def tiny_config(tiny_model_config: ModelConfig) -> Config:
+    return Config(model=tiny_model_config, tokenizer=TokenizerConfig(vocab_size=64),
+                  train=TrainConfig(batch_tokens=128, precision="fp32"))
+
+
+# --- the timer ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """A clock that only moves when the function under test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_measure_times_only_the_repeats_and_returns_their_median():
+    clock = FakeClock()
+    durations = iter([100.0, 100.0, 5.0, 1.0, 4.0, 2.0, 3.0])  # 2 warm-up runs, then 5
+
+    def fn() -> None:
+        clock.now += next(durations)
+
+    timing = measure(fn, warmup=2, repeats=5, device=CPU, clock=clock)
+    assert timing.times_s == [5.0, 1.0, 4.0, 2.0, 3.0]  # in run order, warm-up left out
+    assert timing.median_s == timing.p50_s == 3.0
+    assert timing.p95_s == pytest.approx(4.8)  # between the two slowest, numpy's way
+    assert timing.peak_mem_bytes is None
+
+
+def test_measure_with_real_sleeps_keeps_their_order():
+    sleeps = iter([0.0, 0.06, 0.0, 0.03])  # one warm-up, three timed
+
+    timing = measure(lambda: time.sleep(next(sleeps)), warmup=1, repeats=3, device=CPU)
+    slow, fast, middle = timing.times_s
+    assert slow > middle > fast
+    assert timing.median_s == middle
+
+
+def test_measure_memory_run_is_extra_and_sees_a_temporary():
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        torch.ones(1_000_000).sum()  # 4 MB held briefly
+
+    timing = measure(fn, warmup=1, repeats=2, device=CPU, memory=True)
+    assert len(calls) == 1 + 2 + 1
+    assert timing.peak_mem_bytes >= 4_000_000
+
+
+def test_timing_json_is_milliseconds():
+    figures = Timing([0.001, 0.003, 0.002], peak_mem_bytes=10, warmup=1).to_json()
+    assert figures["median_ms"] == pytest.approx(2.0)
+    assert figures["times_ms"] == pytest.approx([1.0, 3.0, 2.0])
+    assert figures["peak_mem_bytes"] == 10 and figures["warmup"] == 1
+
+
+# --- attention suite ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def attention_report() -> dict:
+    cfg = Config(train=TrainConfig(precision="fp32"))
+    return run_bench(CPU, ["attention"], cfg, warmup=0, repeats=1,
+                     attention_sizes=TINY_ATTENTION)
+
+
+def _cell(report: dict, path: str, seq_len: int) -> dict:
+    rows = report["suites"]["attention"]["rows"]
+    return next(r for r in rows if r["path"] == path and r["seq_len"] == seq_len)
+
+
+def test_reference_memory_exceeds_fused_at_the_longest_length(attention_report):
+    longest = TINY_ATTENTION.lengths[-1]
+    for mode in ("forward", "forward_backward"):
+        reference = _cell(attention_report, "reference", longest)[mode]["peak_mem_bytes"]
+        fused = _cell(attention_report, "fused", longest)[mode]["peak_mem_bytes"]
+        assert reference > fused > 0
+    # the (B, H, T, T) score matrix alone is 2 MiB in fp32 here: the reference path holds it
+    assert _cell(attention_report, "reference", longest)["forward"]["peak_mem_bytes"] >= 2**21
+
+
+def test_attention_rows_cover_every_path_and_length(attention_report):
+    suite = attention_report["suites"]["attention"]
+    assert {(r["path"], r["seq_len"]) for r in suite["rows"]} == {
+        (p, t) for p in ("reference", "fused", "additive") for t in TINY_ATTENTION.lengths}
+    fused = _cell(attention_report, "fused", 32)
+    assert fused["kernel"] in ("flash (CPU)", "math")
+    assert "math" in suite["sdpa_kernels_that_run_alone"]
+    figures = fused["forward_backward"]
+    flops = 3 * attention_flops(1, 2, 32, 32, 16)
+    assert figures["tflops"] == pytest.approx(flops / (figures["median_ms"] / 1e3) / 1e12)
+
+
+def test_additive_over_the_cap_is_skipped_with_a_reason(attention_report):
+    measured = _cell(attention_report, "additive", 32)
+    skipped = _cell(attention_report, "additive", 512)
+    assert measured["forward"]["median_ms"] > 0
+    for mode in ("forward", "forward_backward"):
+        assert "cap" in skipped[mode]["skipped"]
+
+
+def test_json_report_has_device_torch_dtype_and_figures(attention_report, tmp_path):
+    path = tmp_path / "bench.json"
+    write_json(attention_report, path)
+    report = json.loads(path.read_text())
+    assert report["device"] == "cpu" and report["device_name"]
+    assert report["torch"] == torch.__version__
+    assert report["dtype"] == "float32" and report["precision"] == "fp32"
+    row = report["suites"]["attention"]["rows"][0]
+    assert row["forward"]["median_ms"] > 0 and len(row["forward"]["times_ms"]) == 1
+
+
+# --- train suite ----------------------------------------------------------------------------
+
+
+def test_peer_has_our_sizes(tiny_config):
+    ours = Seq2SeqTransformer(tiny_config.model, 64, 64)
+    peer = TorchTransformerPeer(tiny_config.model, 64, 64)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(peer) == count(ours)  # pre-norm: the same layers, norms and tied embeddings
+    batch = synthetic_batches(64, 128, 1, seed=0)[0]
+    assert peer(batch.src, batch.tgt_in).shape == ours(batch.src, batch.tgt_in).shape
+
+
+def test_synthetic_batches_fit_the_token_budget():
+    batches = synthetic_batches(vocab=100, batch_tokens=300, count=3, seed=1)
+    assert len(batches) == 3
+    for batch in batches:
+        assert batch.tgt_out.numel() <= 300
+        assert batch.src.max() < 100 and batch.num_tgt_tokens > 0
+
+
+def test_flop_count_matches_a_hand_count():
+    cfg = ModelConfig(d_model=8, heads=2, enc_layers=1, dec_layers=1, ff_dim=16)
+    batch = collate([[5, 6, EOS_ID], [5, 6, 7, 8, EOS_ID]], [[5, 6, 7], [5]])
+    d, f, v = 8, 16, 10
+    macs = 0
+    for s, t in ((3, 4), (5, 2)):  # real lengths: source incl. EOS, target + EOS
+        macs += (s * (4 * d * d + 2 * d * f) + 2 * s * s * d  # encoder layer
+                 + t * (6 * d * d + 2 * d * f) + s * 2 * d * d + 2 * t * t * d + 2 * t * s * d
+                 + t * d * v)  # decoder layer, output projection
+    assert seq2seq_forward_flops(cfg, v, batch) == 2 * macs
+
+
+def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
+    report = run_bench(CPU, ["train"], tiny_config, warmup=1, repeats=2,
+                       peak=(1e12, "given by the test"))
+    suite = report["suites"]["train"]
+    ours, peer = suite["rows"]
+    for row in (ours, peer):
+        assert row["tgt_tokens_per_s"] > 0 and row["mfu"] > 0
+        assert len(row["step"]["times_ms"]) == 2 and row["step"]["peak_mem_bytes"] > 0
+    assert suite["ours_over_peer"] == pytest.approx(
+        ours["tgt_tokens_per_s"] / peer["tgt_tokens_per_s"])
+    assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"
+    assert ours["mfu"] == pytest.approx(ours["model_tflops"] / 1.0)
+
+
+def test_measured_matmul_peak_is_positive():
+    assert measured_matmul_peak(CPU, torch.float32, warmup=0, repeats=1, sizes=(64,)) > 0
+
+
+def test_known_gpu_peaks():
+    assert spec_bf16_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert spec_bf16_peak("NVIDIA H100 PCIe") == 756e12
+    assert spec_bf16_peak("NVIDIA H200") == 989e12
+    assert spec_bf16_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert spec_bf16_peak("Intel(R) Xeon(R) Processor") is None
+
+
+# --- infer suite ----------------------------------------------------------------------------
+
+
+def test_infer_suite_decodes_a_known_number_of_tokens(tiny_config):
+    pytest.importorskip("attncli.search")
+    report = run_bench(CPU, ["infer"], tiny_config, warmup=0, repeats=2,
+                       infer_batch_sizes=(1, 3))
+    rows = report["suites"]["infer"]["rows"]
+    assert [(r["search"], r["batch"]) for r in rows] == [
+        ("greedy", 1), ("greedy", 3), ("beam 5", 1), ("beam 5", 3)]
+    for row in rows:
+        assert row["tgt_tokens"] == row["batch"] * 21  # 20 tokens + EOS per sentence
+        assert row["call"]["p95_ms"] >= row["call"]["p50_ms"] > 0
+        assert row["sentences_per_s"] > 0
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attncli", "bench", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_one_line_and_exit_2(tmp_path):
+    out = _cli("--device", "cuda", "--json", str(tmp_path / "x.json"))
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "CUDA" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_json_folder_must_exist_before_anything_runs(tmp_path):
+    out = _cli("--device", "cpu", "--json", str(tmp_path / "missing" / "x.json"))
+    assert out.returncode == 2 and "does not exist" in out.stderr and out.stdout == ""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_attention_suite_times_with_events_and_reports_the_kernel():
+    report = run_bench(torch.device("cuda"), ["attention"], Config(), warmup=1, repeats=2,
+                       attention_sizes=AttentionSizes(1, 2, 64, (128, 1024), 2**24))
+    suite = report["suites"]["attention"]
+    assert suite["dtype"] == "bfloat16"
+    fused = next(r for r in suite["rows"] if r["path"] == "fused" and r["seq_len"] == 1024)
+    reference = next(r for r in suite["rows"]
+                     if r["path"] == "reference" and r["seq_len"] == 1024)
+    assert fused["kernel"] in ("flash", "memory-efficient", "cuDNN", "math")
+    assert reference["forward"]["peak_mem_bytes"] > fused["forward"]["peak_mem_bytes"]
