@@ -12,7 +12,7 @@ from attncli import __version__
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "attncli", *args], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
 
 
 def test_help_lists_the_four_commands():

@@ -68,7 +68,7 @@ def test_bad_config_raises_one_line_error(tmp_path, text, overrides, expected):
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "attncli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+                          text=True, cwd=cwd, timeout=600)
 
 
 @pytest.mark.parametrize(
