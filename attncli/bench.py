@@ -99,7 +99,7 @@ def _matmul_runner(a: Tensor, b: Tensor, out: Tensor) -> Callable[[], object]:
 def measured_matmul_peak(device: torch.device, dtype: torch.dtype, warmup: int, repeats: int,
                          sizes: Sequence[int] | None = None) -> float:
     """Best square-matmul FLOP/s over a few sizes (median per size): the fallback peak."""
-    sizes = sizes or ((4096, 8192) if device.type == "cuda" else (512, 1024))
+    sizes = sizes or ((4096, 8192) if device.type == "cuda" else (1024, 2048))
     best = 0.0
     for n in sizes:
         a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
@@ -407,8 +407,6 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
 
     Both see the same batches in the same order, the same precision and optimizer. Rates are
     per timed step (its own target tokens and FLOPs over its own time), then the median.
-    Peak memory is measured on CUDA only: on CPU it would take one more (profiled) step per
-    model, a large share of the suite's time on a small machine.
     """
     vocab = cfg.tokenizer.vocab_size
     batches = synthetic_batches(vocab, cfg.train.batch_tokens, num_batches, cfg.train.seed)
@@ -422,7 +420,7 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
         model = build(cfg.model, vocab, vocab, PAD_ID).to(device)
         seen: list[Batch] = []
         timing = measure(_train_runner(model, cfg, batches, device, precision, seen), warmup,
-                         repeats, device, memory=device.type == "cuda")
+                         repeats, device, memory=True)
         timed = seen[warmup: warmup + repeats]
         tokens_per_s = [b.num_tgt_tokens / t for b, t in zip(timed, timing.times_s, strict=True)]
         flops_per_s = [flops[id(b)] / t for b, t in zip(timed, timing.times_s, strict=True)]
@@ -450,7 +448,7 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
         "flops_convention": "3 x forward model FLOPs (see attncli.bench.seq2seq_forward_flops): "
                             "matmuls of projections, feed-forward, output layer and attention "
                             "over real tokens",
-        "memory_method": MEMORY_METHOD["cuda"] if device.type == "cuda" else None,
+        "memory_method": MEMORY_METHOD[device.type],
         "rows": rows,
         "ours_over_peer": rows[0]["tgt_tokens_per_s"] / rows[1]["tgt_tokens_per_s"],
     }
@@ -537,8 +535,7 @@ def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: i
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
-    """3 significant digits, thousands separated (an exponent only below 0.001); '—' for a
-    missing figure."""
+    """3 significant digits, thousands separated, no exponent; '—' for a missing figure."""
     if x is None:
         return "—"
     if abs(x) >= 10 ** (digits - 1):
@@ -550,14 +547,11 @@ def _mib(n: int | None) -> str:
     return "—" if n is None else _fmt(n / MIB)
 
 
-TEXT_COLUMNS = {"path", "kernel", "model", "search"}  # left-aligned; figures align right
-
-
 def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
            notes: Sequence[str]) -> list[RenderableType]:
     table = Table(title=title, title_justify="left")
-    for header in headers:
-        table.add_column(header, justify="left" if header in TEXT_COLUMNS else "right")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
     for row in rows:
         table.add_row(*row)
     return [table, *(Text(f"  {note}", style="dim") for note in notes), Text("")]
@@ -612,7 +606,7 @@ def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
         f"subwords, ~{b[0]['tgt_tokens']:,} target tokens each (tok/s counts target tokens)",
         f"MFU = model FLOP/s / peak {result['peak_tflops']:.3g} TFLOP/s "
         f"({result['peak_source']}); model FLOPs: {result['flops_convention']}",
-        f"peak MiB: {result['memory_method'] or 'measured on CUDA only'}",
+        f"peak MiB: {result['memory_method']}",
     ]
     headers = ["model", "params", "step\nms", "tgt\ntok/s", "model\nTFLOP/s", "MFU",
                "peak\nMiB"]
@@ -653,15 +647,11 @@ def run_bench(
     attention_sizes: AttentionSizes | None = None,
     infer_batch_sizes: Sequence[int] = (1, 64),
     peak: tuple[float, str] | None = None,
-    config_source: str | None = None,
 ) -> dict[str, Any]:
     """Run ``suites`` and return the report (what --json writes); print tables if ``console``.
 
     The sizes and ``peak`` (FLOP/s, its source) default to the device's; tests pass tiny ones.
     """
-    unknown = [s for s in suites if s not in SUITES]
-    if unknown:
-        raise AttncliError(f"--suite {unknown[0]}: expected one of {', '.join(SUITES)}, all")
     precision = resolve_precision(cfg.train.precision, device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     report: dict[str, Any] = {
@@ -674,7 +664,6 @@ def run_bench(
         "precision": precision,
         "dtype": str(dtype).removeprefix("torch."),
         "tf32": (torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None),
-        "config": config_source,
         "warmup": warmup,
         "repeats": repeats,
         "suites": {},
@@ -682,8 +671,7 @@ def run_bench(
     if console is not None:
         console.print(Text(
             f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
-            f"threads) · torch {torch.__version__} · {precision}"
-            + (f" · {config_source}" if config_source else ""), style="bold"))
+            f"threads) · torch {torch.__version__} · {precision}", style="bold"))
     for suite in suites:
         start = time.perf_counter()
         status = console.status(f"{suite} suite…") if console is not None else nullcontext()
@@ -696,9 +684,11 @@ def run_bench(
                 result = run_train_suite(
                     cfg, device, precision, warmup, repeats,
                     peak or device_peak(device, precision, warmup, repeats))
-            else:
+            elif suite == "infer":
                 result = run_infer_suite(cfg, device, precision, warmup, repeats,
                                          infer_batch_sizes)
+            else:
+                raise AttncliError(f"--suite {suite}: expected one of {', '.join(SUITES)}, all")
         result["wall_s"] = time.perf_counter() - start
         report["suites"][suite] = result
         if console is not None:
@@ -725,17 +715,17 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
     suites = SUITES if suite == "all" else (suite,)
     if json_file is not None and not json_file.parent.is_dir():
         raise AttncliError(f"--json {json_file}: folder {json_file.parent} does not exist")
-    path = config or default_config_path(dev)
-    if config is None and not path.is_file():
-        cfg, source = Config(), "built-in defaults"  # installed without the configs/ folder
+    if config is None and not default_config_path(dev).is_file():
+        cfg = Config()  # installed without the configs/ folder: the built-in defaults
     else:
-        cfg, source = load_config(path), str(path)
+        cfg = load_config(config or default_config_path(dev))
     set_threads(cfg.train.threads)
     if dev.type == "cuda":  # fp32 matmuls (outside bf16 autocast) may use TF32 tensor cores
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding
-    report = run_bench(dev, suites, cfg, warmup, repeats, console, config_source=source)
+    report = run_bench(dev, suites, cfg, warmup, repeats, console)
+    report["config"] = str(config or default_config_path(dev))
     if json_file is not None:
         write_json(report, json_file)
         console.print(f"wrote {json_file}")

@@ -7,7 +7,7 @@ run, so its bookkeeping never slows the timed ones:
 
 * CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus what was
   allocated before the run;
-* CPU: torch has no CPU allocator counters, so the run goes under the autograd profiler with
+* CPU: torch has no CPU allocator counters, so the run goes under the torch profiler with
   ``profile_memory=True``; its allocation/free records, replayed in time order, give the
   highest number of bytes the run held at once (temporaries included).
 """
@@ -31,7 +31,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 MEMORY_METHOD = {
     "cuda": "torch.cuda.max_memory_allocated above the bytes held before the run",
-    "cpu": "peak bytes held by torch's CPU allocator during the run (autograd profiler, "
+    "cpu": "peak bytes held by torch's CPU allocator during the run (torch.profiler, "
            "profile_memory=True)",
 }
 

@@ -27,7 +27,6 @@ from attncli.bench import (
     write_json,
 )
 from attncli.config import Config, ModelConfig, TokenizerConfig, TrainConfig
-from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.timing import Timing, measure
 from attncli.tokenizer import EOS_ID
@@ -187,13 +186,13 @@ def test_flop_count_matches_a_hand_count():
 
 
 def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
-    report = run_bench(CPU, ["train"], tiny_config, warmup=0, repeats=2,
+    report = run_bench(CPU, ["train"], tiny_config, warmup=1, repeats=2,
                        peak=(1e12, "given by the test"))
     suite = report["suites"]["train"]
     ours, peer = suite["rows"]
     for row in (ours, peer):
         assert row["tgt_tokens_per_s"] > 0 and row["mfu"] > 0
-        assert len(row["step"]["times_ms"]) == 2 and row["step"]["peak_mem_bytes"] is None
+        assert len(row["step"]["times_ms"]) == 2 and row["step"]["peak_mem_bytes"] > 0
     assert suite["ours_over_peer"] == pytest.approx(
         ours["tgt_tokens_per_s"] / peer["tgt_tokens_per_s"])
     assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"
@@ -226,11 +225,6 @@ def test_infer_suite_decodes_a_known_number_of_tokens(tiny_config):
         assert row["tgt_tokens"] == row["batch"] * 21  # 20 tokens + EOS per sentence
         assert row["call"]["p95_ms"] >= row["call"]["p50_ms"] > 0
         assert row["sentences_per_s"] > 0
-
-
-def test_unknown_suite_is_a_user_error_before_anything_runs():
-    with pytest.raises(AttncliError, match="--suite bogus"):
-        run_bench(CPU, ["bogus"], Config(), warmup=0, repeats=1)
 
 
 # --- the command line -----------------------------------------------------------------------
