@@ -160,29 +160,15 @@ def main() -> None:
 
     keep_freed_memory()
     try:
-        app(standalone_mode=False)
+        # Standalone mode lets click/typer turn usage errors into exit 2 themselves, which
+        # holds whether typer uses click or its own vendored copy of it.
+        app()
     except AttncliError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as err:  # click usage errors and real bugs
-        import click
-
-        if isinstance(err, click.exceptions.Exit):
-            sys.exit(err.exit_code)
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        if isinstance(err, click.exceptions.Abort):
-            print("aborted", file=sys.stderr)
-            sys.exit(1)
+    except Exception as err:  # a real bug: one line unless asked for the traceback
         if os.environ.get("ATTNCLI_DEBUG"):
             raise
         print(f"error: {type(err).__name__}: {err} (set ATTNCLI_DEBUG=1 for a traceback)",
               file=sys.stderr)
         sys.exit(1)
-    sys.exit(0)

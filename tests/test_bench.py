@@ -69,13 +69,14 @@ def test_measure_times_only_the_repeats_and_returns_their_median():
     assert timing.peak_mem_bytes is None
 
 
-def test_measure_with_real_sleeps_keeps_their_order():
-    sleeps = iter([0.0, 0.06, 0.0, 0.03])  # one warm-up, three timed
+def test_measure_with_the_real_clock_times_each_repeat():
+    sleeps = iter([0.0, 0.05, 0.0, 0.02])  # one warm-up, three timed
 
     timing = measure(lambda: time.sleep(next(sleeps)), warmup=1, repeats=3, device=CPU)
     slow, fast, middle = timing.times_s
-    assert slow > middle > fast
-    assert timing.median_s == middle
+    # A loaded machine can only make sleeps longer, so lower bounds are the safe check.
+    assert slow >= 0.05 and middle >= 0.02 and fast >= 0.0
+    assert timing.median_s == sorted(timing.times_s)[1]
 
 
 def test_measure_memory_run_is_extra_and_sees_a_temporary():
