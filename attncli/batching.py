@@ -43,21 +43,30 @@ class Batch:
                                                                   self.tgt_out)))
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
-    """Right-pad id lists into a (len(seqs), longest) LongTensor."""
-    longest = max(len(s) for s in seqs)
+def round_up(length: int, multiple: int) -> int:
+    """`length` rounded up to a multiple of `multiple`."""
+    return -(-length // multiple) * multiple
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID, multiple: int = 1) -> Tensor:
+    """Right-pad id lists into a (len(seqs), longest) LongTensor, longest rounded up to
+    a multiple of `multiple`."""
+    longest = round_up(max(len(s) for s in seqs), multiple)
     out = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
     return out
 
 
-def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
-    """Source lists (already ending in EOS) and bare target lists -> a padded `Batch`."""
+def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
+            multiple: int = 1) -> Batch:
+    """Source lists (already ending in EOS) and bare target lists -> a padded `Batch`.
+
+    `multiple` rounds both padded lengths up (see `token_batches`)."""
     return Batch(
-        src=pad(src_ids),
-        tgt_in=pad([[BOS_ID, *t] for t in tgt_ids]),
-        tgt_out=pad([[*t, EOS_ID] for t in tgt_ids]),
+        src=pad(src_ids, multiple=multiple),
+        tgt_in=pad([[BOS_ID, *t] for t in tgt_ids], multiple=multiple),
+        tgt_out=pad([[*t, EOS_ID] for t in tgt_ids], multiple=multiple),
     )
 
 
@@ -67,20 +76,27 @@ def token_batches(
     batch_tokens: int,
     seed: int,
     epoch: int,
+    multiple: int = 1,
 ) -> list[list[int]]:
     """Split example indices into batches of at most `batch_tokens` padded target tokens.
 
-    Examples are shuffled, sorted by (target, source) length — a stable sort, so equal lengths
-    stay shuffled — cut greedily into batches, and the batch order is shuffled. The same seed and
-    epoch give the same batches. A single example longer than the budget gets a batch alone.
+    Examples are shuffled, sorted by (padded target, source) length — a stable sort, so equal
+    lengths stay shuffled — cut greedily into batches, and the batch order is shuffled. The same
+    seed and epoch give the same batches. A single example longer than the budget gets a batch
+    alone.
+
+    `multiple` > 1 counts lengths rounded up to that multiple (as `collate` pads them), so every
+    full batch of a length bucket has the same shape. Why: CPU matrix kernels (oneDNN) are
+    generated per tensor shape, costing milliseconds each time a shape is new; with exact
+    lengths nearly every batch was new and a step took several times longer.
     """
     rng = random.Random(seed * 100_003 + epoch)
     order = list(range(len(tgt_lens)))
     rng.shuffle(order)
-    order.sort(key=lambda i: (tgt_lens[i], src_lens[i]))
+    order.sort(key=lambda i: (round_up(tgt_lens[i] + 1, multiple), src_lens[i]))
     batches, current, longest = [], [], 0
     for i in order:
-        length = tgt_lens[i] + 1  # + EOS (or BOS on the input side)
+        length = round_up(tgt_lens[i] + 1, multiple)  # + EOS (or BOS on the input side)
         if current and max(longest, length) * (len(current) + 1) > batch_tokens:
             batches.append(current)
             current, longest = [], 0
@@ -92,8 +108,8 @@ def token_batches(
     return batches
 
 
-def padding_share(batches: Sequence[list[int]], lens: Sequence[int]) -> float:
+def padding_share(batches: Sequence[list[int]], lens: Sequence[int], multiple: int = 1) -> float:
     """Fraction of the padded (batch x longest) target cells that are padding."""
     real = sum(lens[i] + 1 for b in batches for i in b)
-    cells = sum(len(b) * (max(lens[i] for i in b) + 1) for b in batches)
+    cells = sum(len(b) * round_up(max(lens[i] for i in b) + 1, multiple) for b in batches)
     return 1.0 - real / cells if cells else 0.0

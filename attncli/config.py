@@ -86,6 +86,9 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     seed: int = Field(1234, description="Seed for init, dropout and shuffling.")
     batch_tokens: int = Field(2048, ge=1, description="Max target tokens per batch.")
+    pad_multiple: int = Field(
+        8, ge=1, description="Pad batch lengths up to a multiple of this, so shapes repeat."
+    )
     accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
     max_epochs: int | None = Field(None, ge=1, description="Stop after this many epochs.")

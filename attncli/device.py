@@ -47,6 +47,11 @@ def autocast(device: torch.device, precision: str) -> Iterator[None]:
         yield
 
 
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype matrix products run in: bf16 under mixed precision, else fp32."""
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
 def set_threads(threads: int | None) -> None:
     """Use `threads` CPU threads (None keeps torch's default: all cores)."""
     if threads:

@@ -11,13 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attncli.batching import Batch
 from attncli.config import TrainConfig
-from attncli.device import autocast
-from attncli.tokenizer import PAD_ID
+from attncli.device import autocast, compute_dtype
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
@@ -40,22 +38,6 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, foreach=True)
 
 
-def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float
-                  ) -> torch.Tensor:
-    """Summed label-smoothed cross-entropy over non-pad targets.
-
-    logits (batch, tgt_len, vocab), targets (batch, tgt_len) -> scalar (sum, not mean, so that
-    accumulated batches are normalised by their total token count).
-    """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        targets.reshape(-1),
-        ignore_index=PAD_ID,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
-
-
 @dataclass
 class StepStats:
     loss: float          # mean loss per target token over the update
@@ -76,8 +58,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequ
     for batch in batches:
         batch = batch.to(device)
         with autocast(device, precision):
-            logits = model(batch.src, batch.tgt_in)
-        loss = sequence_loss(logits, batch.tgt_out, cfg.label_smoothing) / tokens
+            loss = model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                     cfg.label_smoothing, compute_dtype(precision)) / tokens
         loss.backward()
         total += loss.item()
     if cfg.clip_norm:
@@ -264,12 +246,14 @@ class Trainer:
         self.model.eval()
         total, tokens = 0.0, 0
         corpus = self.val_corpus
-        for idx in token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, 0, 0):
-            batch = collate([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx])
+        multiple = self.cfg.pad_multiple
+        for idx in token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, 0, 0,
+                                 multiple):
+            batch = collate([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx], multiple)
             batch = batch.to(self.device)
             with autocast(self.device, self.precision):
-                logits = self.model(batch.src, batch.tgt_in)
-            total += float(sequence_loss(logits, batch.tgt_out, 0.0))
+                total += float(self.model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out,
+                                                      0.0, compute_dtype(self.precision)))
             tokens += batch.num_tgt_tokens
         return total / max(tokens, 1)
 
@@ -330,14 +314,15 @@ class Trainer:
         with _StopSignal() as stop:
             while reason is None:
                 batches = token_batches(corpus.src_lens, corpus.tgt_lens, cfg.batch_tokens,
-                                        cfg.seed, self.epoch)
+                                        cfg.seed, self.epoch, cfg.pad_multiple)
                 while self.batch_index < len(batches) and reason is None:
                     group = batches[self.batch_index : self.batch_index + cfg.accum_steps]
                     self.batch_index += len(group)
                     lr = inverse_sqrt_lr(self.step + 1, cfg.lr, cfg.warmup_steps)
                     stats = train_step(
                         self.step_model, self.optimizer,
-                        [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b])
+                        [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b],
+                                 cfg.pad_multiple)
                          for b in group],
                         cfg, lr, self.device, self.precision,
                     )
@@ -391,9 +376,10 @@ class Trainer:
 def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCorpus) -> None:
     from attncli.batching import padding_share, token_batches
 
+    multiple = trainer.cfg.pad_multiple
     batches = token_batches(corpus.src_lens, corpus.tgt_lens, trainer.cfg.batch_tokens,
-                            trainer.cfg.seed, 0)
-    share = padding_share(batches, corpus.tgt_lens)
+                            trainer.cfg.seed, 0, multiple)
+    share = padding_share(batches, corpus.tgt_lens, multiple)
     reporter.line(
         f"data {train_data.name}: {len(corpus.src):,} training pairs "
         f"({train_data.dropped_empty} empty and {corpus.dropped_long} longer than "

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from attncli.config import ModelConfig
 from attncli.model.attention import padding_mask
 from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
+from attncli.model.loss import projected_cross_entropy
 
 
 @dataclass
@@ -127,6 +128,13 @@ class Seq2SeqTransformer(nn.Module):
         With ``cache``, ``tgt`` holds only the positions not decoded yet (usually one) and the
         cache grows by ``tgt_len``.
         """
+        hidden, weights = self._decoder_states(tgt, memory, src_mask, cache, need_weights)
+        return DecoderOutput(self.project(hidden), weights)
+
+    def _decoder_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
+                        cache: DecoderCache | None = None, need_weights: bool = False
+                        ) -> tuple[Tensor, list[Tensor]]:
+        """The decoder stack up to (not including) the output projection."""
         offset = cache.length if cache is not None else 0
         x = self._embed(self.tgt_embed, tgt, offset)
         weights = []
@@ -136,12 +144,16 @@ class Seq2SeqTransformer(nn.Module):
                 weights.append(w)
         if cache is not None:
             cache.length += tgt.size(1)
-        return DecoderOutput(self.project(self.decoder_norm(x)), weights)
+        return self.decoder_norm(x), weights
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The (vocab, d_model) projection matrix: the shared embedding when tied."""
+        return self.tgt_embed.weight if self.output is None else self.output.weight
 
     def project(self, hidden: Tensor) -> Tensor:
         """(batch, len, d_model) -> (batch, len, vocab) logits (tied to embeddings if joint)."""
-        weight = self.tgt_embed.weight if self.output is None else self.output.weight
-        return F.linear(hidden, weight, self.output_bias)
+        return F.linear(hidden, self.output_weight, self.output_bias)
 
     def new_cache(self) -> DecoderCache:
         return DecoderCache.empty(len(self.decoder_layers))
@@ -150,3 +162,16 @@ class Seq2SeqTransformer(nn.Module):
         """Teacher-forced logits (batch, tgt_len, vocab) for training."""
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask).logits
+
+    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float,
+                    compute_dtype: torch.dtype = torch.float32) -> Tensor:
+        """Teacher-forced label-smoothed cross-entropy, summed over non-pad targets.
+
+        Same value as cross-entropy on ``forward``'s logits, without materialising them all
+        (see ``model/loss.py``). Call it inside the autocast context of the run.
+        """
+        memory, src_mask = self.encode(src)
+        hidden, _ = self._decoder_states(tgt_in, memory, src_mask)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
+                                           self.pad_id, label_smoothing, compute_dtype)

@@ -1,0 +1,100 @@
+"""Output projection fused with label-smoothed cross-entropy, computed in row chunks.
+
+Why: with an 8k vocabulary, a 2k-token batch has a 2048 x 8000 logit matrix. Materialising it
+(plus its log-softmax and its gradient, each 64 MB in fp32) was the largest cost of a CPU
+training step: every such block is a fresh mmap whose pages fault in one by one. Here the
+logits exist only one chunk of rows at a time (a few MB, reused from the heap), and the
+gradients for the hidden states, the projection weight and the bias are formed in the same
+pass, so the backward pass only has to scale them.
+
+Matches ``F.cross_entropy(hidden @ weight.T + bias, targets, ignore_index=..., label_smoothing=...,
+reduction="sum")``; the matrix products run in ``compute_dtype`` (bf16 under mixed precision),
+the softmax and every accumulation in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+CHUNK_ROWS = 256  # 256 x 8k fp32 logits = 8 MB: below glibc's mmap threshold, so reused
+
+
+def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor, smoothing: float,
+                               want_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Summed loss of one chunk and, if wanted, d(loss)/d(logits) (fp32, in place of logits)."""
+    vocab = logits.size(1)
+    log_probs = torch.log_softmax(logits, dim=1)
+    safe_targets = targets.where(keep, 0).unsqueeze(1)
+    nll = -log_probs.gather(1, safe_targets).squeeze(1)
+    loss_rows = (1.0 - smoothing) * nll
+    if smoothing:
+        loss_rows = loss_rows - smoothing * log_probs.mean(dim=1)
+    loss = loss_rows.masked_fill(~keep, 0.0).sum()
+    if not want_grad:
+        return loss, None
+    # d/dlogits of the smoothed loss: softmax - (1 - eps) * onehot(target) - eps / V
+    grad = log_probs.exp_()
+    if smoothing:
+        grad.sub_(smoothing / vocab)
+    grad.scatter_add_(1, safe_targets, grad.new_full(safe_targets.shape, smoothing - 1.0))
+    grad.mul_(keep.unsqueeze(1))
+    return loss, grad
+
+
+class _ProjectedCrossEntropy(torch.autograd.Function):
+    """Forward computes the loss and all three gradients; backward scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                ignore_index: int, smoothing: float, compute_dtype: torch.dtype) -> Tensor:
+        want_grad = any(ctx.needs_input_grad[:3])
+        w = weight.to(compute_dtype)
+        b = bias.to(compute_dtype)
+        grad_hidden = torch.empty(hidden.shape, dtype=torch.float32) if want_grad else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32) if want_grad else None
+        grad_bias = torch.zeros(bias.shape, dtype=torch.float32) if want_grad else None
+        total = torch.zeros((), dtype=torch.float32)
+        for start in range(0, hidden.size(0), CHUNK_ROWS):
+            rows = slice(start, start + CHUNK_ROWS)
+            h = hidden[rows].to(compute_dtype)
+            t = targets[rows]
+            logits = torch.addmm(b, h, w.t()).float()
+            loss, grad = _chunk_loss_and_logit_grad(logits, t, t != ignore_index, smoothing,
+                                                    want_grad)
+            total += loss
+            if grad is not None:
+                g = grad.to(compute_dtype)
+                grad_hidden[rows] = g @ w
+                grad_weight += g.t() @ h
+                grad_bias += grad.sum(dim=0)
+        if want_grad:
+            ctx.save_for_backward(grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
+                                  grad_bias.to(bias.dtype))
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        return (grad_hidden * grad_output, grad_weight * grad_output, grad_bias * grad_output,
+                None, None, None, None)
+
+
+def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                            ignore_index: int, label_smoothing: float = 0.0,
+                            compute_dtype: torch.dtype = torch.float32) -> Tensor:
+    """Summed label-smoothed cross-entropy of ``hidden @ weight.T + bias`` against ``targets``.
+
+    hidden (..., d), weight (vocab, d), bias (vocab,), targets (...) -> scalar fp32. Positions
+    whose target is ``ignore_index`` contribute nothing (neither loss nor gradient).
+    """
+    if hidden.device.type != "cpu":
+        # On GPUs the full logit matrix is cheap; keep the stock (and fused) kernels.
+        logits = torch.nn.functional.linear(hidden.to(compute_dtype), weight.to(compute_dtype),
+                                            bias.to(compute_dtype))
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+            ignore_index=ignore_index, label_smoothing=label_smoothing, reduction="sum")
+    return _ProjectedCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, bias,
+                                        targets.reshape(-1), ignore_index, label_smoothing,
+                                        compute_dtype)
