@@ -45,6 +45,7 @@ from attncli.model.attention import (
     reference_attention,
 )
 from attncli.model.layers import SinusoidalPositions
+from attncli.model.loss import projected_cross_entropy
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.timing import MEMORY_METHOD, Timing, measure, ops_called
 from attncli.tokenizer import EOS_ID, PAD_ID
@@ -330,22 +331,36 @@ class TorchTransformerPeer(nn.Module):
         x = embedding(tokens) * math.sqrt(self.d_model)
         return self.embed_dropout(x + self.positions(tokens.size(1)).to(x.dtype))
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """src (batch, src_len), tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab)."""
+    @property
+    def output_weight(self) -> Tensor:
+        return self.tgt_embed.weight if self.output is None else self.output.weight
+
+    def _hidden(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         src_pad = src == self.pad_id  # True = ignore (torch's convention, the reverse of ours)
         tgt_len = tgt_in.size(1)
         future = torch.ones(tgt_len, tgt_len, dtype=torch.bool, device=src.device).triu(1)
-        hidden = self.transformer(
+        return self.transformer(
             self._embed(self.src_embed, src), self._embed(self.tgt_embed, tgt_in),
             tgt_mask=future, src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
             tgt_is_causal=True,
         )
-        weight = self.tgt_embed.weight if self.output is None else self.output.weight
-        return F.linear(hidden, weight, self.output_bias)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src (batch, src_len), tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab)."""
+        return F.linear(self._hidden(src, tgt_in), self.output_weight, self.output_bias)
+
+    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float,
+                    compute_dtype: torch.dtype = torch.float32) -> Tensor:
+        """The same fused projection + loss as ours, so the comparison is of the layers."""
+        hidden = self._hidden(src, tgt_in)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
+                                           self.pad_id, label_smoothing, compute_dtype)
 
 
 def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
-                      lengths: tuple[int, int] = SENTENCE_LENGTHS) -> list[Batch]:
+                      lengths: tuple[int, int] = SENTENCE_LENGTHS, multiple: int = 1
+                      ) -> list[Batch]:
     """``count`` token batches of random sentences, cut by the trainer's own `token_batches`.
 
     Target lengths are uniform in ``lengths``, sources within ±3 of their target, ids drawn
@@ -358,9 +373,11 @@ def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
            for _ in range(n)]
     src = [[rng.randrange(EOS_ID + 1, vocab)
             for _ in range(max(1, len(t) + rng.randint(-3, 3)))] + [EOS_ID] for t in tgt]
-    cut = token_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, seed, 0)
+    cut = token_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, seed, 0,
+                        multiple)
     cut.sort(key=len, reverse=True)
-    return [collate([src[i] for i in ids], [tgt[i] for i in ids]) for ids in cut[:count]]
+    return [collate([src[i] for i in ids], [tgt[i] for i in ids], multiple)
+            for ids in cut[:count]]
 
 
 def seq2seq_forward_flops(cfg: ModelConfig, vocab: int, batch: Batch) -> float:
@@ -409,7 +426,8 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
     per timed step (its own target tokens and FLOPs over its own time), then the median.
     """
     vocab = cfg.tokenizer.vocab_size
-    batches = synthetic_batches(vocab, cfg.train.batch_tokens, num_batches, cfg.train.seed)
+    batches = synthetic_batches(vocab, cfg.train.batch_tokens, num_batches, cfg.train.seed,
+                                multiple=cfg.train.pad_multiple)
     flops = {id(b): FWD_BWD_FLOP_FACTOR * seq2seq_forward_flops(cfg.model, vocab, b)
              for b in batches}
     peak_flops, peak_source = peak
