@@ -353,9 +353,8 @@ class TorchTransformerPeer(nn.Module):
                     compute_dtype: torch.dtype = torch.float32) -> Tensor:
         """The same fused projection + loss as ours, so the comparison is of the layers."""
         hidden = self._hidden(src, tgt_in)
-        with torch.autocast(hidden.device.type, enabled=False):
-            return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
-                                           self.pad_id, label_smoothing, compute_dtype)
+        return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
+                                       self.pad_id, label_smoothing, compute_dtype)
 
 
 def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,

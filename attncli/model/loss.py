@@ -86,8 +86,16 @@ def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, target
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T + bias`` against ``targets``.
 
     hidden (..., d), weight (vocab, d), bias (vocab,), targets (...) -> scalar fp32. Positions
-    whose target is ``ignore_index`` contribute nothing (neither loss nor gradient).
+    whose target is ``ignore_index`` contribute nothing (neither loss nor gradient). Runs with
+    autocast off: ``compute_dtype`` already says which precision the products use.
     """
+    with torch.autocast(hidden.device.type, enabled=False):
+        return _summed_loss(hidden, weight, bias, targets, ignore_index, label_smoothing,
+                            compute_dtype)
+
+
+def _summed_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                 ignore_index: int, label_smoothing: float, compute_dtype: torch.dtype) -> Tensor:
     if hidden.device.type != "cpu":
         # On GPUs the full logit matrix is cheap; keep the stock (and fused) kernels.
         logits = torch.nn.functional.linear(hidden.to(compute_dtype), weight.to(compute_dtype),

@@ -172,6 +172,5 @@ class Seq2SeqTransformer(nn.Module):
         """
         memory, src_mask = self.encode(src)
         hidden, _ = self._decoder_states(tgt_in, memory, src_mask)
-        with torch.autocast(hidden.device.type, enabled=False):
-            return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
-                                           self.pad_id, label_smoothing, compute_dtype)
+        return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
+                                       self.pad_id, label_smoothing, compute_dtype)
