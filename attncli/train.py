@@ -200,7 +200,8 @@ class Trainer:
         self.precision = resolve_precision(self.cfg.precision, device)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
-        self.step_model = torch.compile(self.model) if self.cfg.compile else self.model
+        if self.cfg.compile:  # compile what a training step calls (not `forward`)
+            self.model.summed_loss = torch.compile(self.model.summed_loss)
         self.optimizer = make_optimizer(self.model, self.cfg)
         self.val_corpus = encode_corpus(tokenizer, val_data.src, val_data.tgt,
                                         config.data.max_len)
@@ -320,7 +321,7 @@ class Trainer:
                     self.batch_index += len(group)
                     lr = inverse_sqrt_lr(self.step + 1, cfg.lr, cfg.warmup_steps)
                     stats = train_step(
-                        self.step_model, self.optimizer,
+                        self.model, self.optimizer,
                         [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b],
                                  cfg.pad_multiple)
                          for b in group],
