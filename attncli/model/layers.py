@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attncli.model.attention import KVCache, MultiHeadAttention
+from attncli.model.dropout import Dropout
 
 
 class SinusoidalPositions(nn.Module):
@@ -50,7 +51,7 @@ class FeedForward(nn.Module):
     def __init__(self, d_model: int, ff_dim: int, dropout: float):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d_model, ff_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_dim, d_model)
+            nn.Linear(d_model, ff_dim), nn.ReLU(), Dropout(dropout), nn.Linear(ff_dim, d_model)
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -63,7 +64,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm: str):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre = norm == "pre"
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

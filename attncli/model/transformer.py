@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from attncli.config import ModelConfig
 from attncli.model.attention import padding_mask
+from attncli.model.dropout import Dropout
 from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
 from attncli.model.loss import projected_cross_entropy
 
@@ -63,7 +64,7 @@ class Seq2SeqTransformer(nn.Module):
             else nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=pad_id)
         )
         self.positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.embed_dropout = Dropout(cfg.dropout)
         layer_args = dict(
             d_model=cfg.d_model, heads=cfg.heads, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
             norm=cfg.norm, attention_dropout=cfg.attention_dropout, impl=cfg.attention,
