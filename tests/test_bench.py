@@ -197,6 +197,7 @@ def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
     assert suite["ours_over_peer"] == pytest.approx(
         ours["tgt_tokens_per_s"] / peer["tgt_tokens_per_s"])
     assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"
+    assert suite["warmup_steps"] == len(suite["batches"])  # each batch shape warmed up
     assert ours["mfu"] == pytest.approx(ours["model_tflops"] / 1.0)
 
 
