@@ -19,9 +19,7 @@ _LOW_15_BITS = 0x7FFF
 
 def keep_mask(shape: torch.Size, p: float) -> Tensor:
     """A boolean mask of `shape`, each element True with probability 1 - p (to 1/65536)."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = shape.numel()
     words = torch.empty((count + 1) // 2, dtype=torch.int32).random_()  # 31 random bits each
     halves = words.view(torch.int16)[:count].view(shape)  # low half: 16 bits, high: 15
     return (halves & _LOW_15_BITS).ge(round(p * (_LOW_15_BITS + 1)))
