@@ -36,7 +36,13 @@ from torch import Tensor, nn
 from attncli import __version__
 from attncli.batching import Batch, collate, pad, token_batches
 from attncli.config import Config, ModelConfig, load_config
-from attncli.device import autocast, resolve_device, resolve_precision, set_threads
+from attncli.device import (
+    autocast,
+    resolve_decode_precision,
+    resolve_device,
+    resolve_precision,
+    set_threads,
+)
 from attncli.errors import AttncliError
 from attncli.model.attention import (
     AdditiveScore,
@@ -640,9 +646,9 @@ def render_infer(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
               _fmt(row["call"]["p95_ms"]), _fmt(row["sentences_per_s"]),
               _fmt(row["tgt_tokens_per_s"])] for row in result["rows"]]
     notes = [
-        f"{result['precision']} autocast, key/value cache; every sentence decodes exactly "
-        f"{result['max_len_b']} tokens + EOS (EOS logit suppressed until the length limit, "
-        f"max_len_a=0, max_len_b={result['max_len_b']}); sources of "
+        f"{result['precision']} (as eval and translate decode), key/value cache; every sentence "
+        f"decodes exactly {result['max_len_b']} tokens + EOS (EOS logit suppressed until the "
+        f"length limit, max_len_a=0, max_len_b={result['max_len_b']}); sources of "
         f"{SENTENCE_LENGTHS[0]}-{SENTENCE_LENGTHS[1]} subwords",
         f"p50/p95 ms: latency of one call (the batch 1 rows: single-sentence latency) over "
         f"{repeats} timed runs after {warmup} warm-up runs; rates use the median",
@@ -707,8 +713,9 @@ def run_bench(
                     cfg, device, precision, warmup, repeats,
                     peak or device_peak(device, precision, warmup, repeats))
             elif suite == "infer":
-                result = run_infer_suite(cfg, device, precision, warmup, repeats,
-                                         infer_batch_sizes)
+                result = run_infer_suite(
+                    cfg, device, resolve_decode_precision(cfg.train.precision, device), warmup,
+                    repeats, infer_batch_sizes)
             else:
                 raise AttncliError(f"--suite {suite}: expected one of {', '.join(SUITES)}, all")
         result["wall_s"] = time.perf_counter() - start

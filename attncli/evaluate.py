@@ -18,7 +18,7 @@ import torch
 
 from attncli.checkpoint import TrainedModel, load_trained_model
 from attncli.config import DecodeConfig
-from attncli.device import resolve_device, resolve_precision
+from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.runs import atomic_write_json, atomic_write_text
@@ -113,8 +113,8 @@ def translate_texts(
 
 
 def decode_precision(trained: TrainedModel) -> str:
-    """Decode in the precision the run trained in: train.precision, 'auto' resolved here."""
-    return resolve_precision(trained.config.train.precision, trained.device)
+    """The precision eval and translate decode in (see ``device.resolve_decode_precision``)."""
+    return resolve_decode_precision(trained.config.train.precision, trained.device)
 
 
 def evaluate_split(

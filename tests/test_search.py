@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attncli.config import DecodeConfig, ModelConfig
+from attncli.device import resolve_decode_precision
 from attncli.errors import AttncliError
 from attncli.model import Seq2SeqTransformer
 from attncli.search import beam_search, greedy_search, max_output_lengths, translate_ids
@@ -160,3 +161,9 @@ def test_translate_ids_leaves_training_mode_as_it_was(model):
 def test_nbest_larger_than_beam_is_a_user_error(model):
     with pytest.raises(AttncliError, match="--nbest 3"):
         translate_ids(model, _sources(), DecodeConfig(), beam=2, nbest=3, device="cpu")
+
+
+@pytest.mark.parametrize("train_precision", ["auto", "bf16", "fp32"])
+def test_cpu_decodes_in_fp32_whatever_the_run_trained_in(train_precision):
+    # bf16 kernels are built per shape on CPU and decoding changes shape every step.
+    assert resolve_decode_precision(train_precision, torch.device("cpu")) == "fp32"
