@@ -156,7 +156,7 @@ def bench(
 
 def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
-    from attncli.device import keep_freed_memory
+    from attncli.malloc import keep_freed_memory
 
     keep_freed_memory()
     try:

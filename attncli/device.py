@@ -72,28 +72,3 @@ def set_threads(threads: int | None) -> None:
     """Use `threads` CPU threads (None keeps torch's default: all cores)."""
     if threads:
         torch.set_num_threads(threads)
-
-
-def keep_freed_memory() -> None:
-    """Ask glibc's malloc to keep freed memory for reuse instead of handing it back to the OS.
-
-    Why: a training step frees and re-allocates the same activation buffers every time. By
-    default glibc serves blocks above a few MB with fresh mmap()s and returns them on free, so
-    each step pays a page fault per 4 KiB page all over again; on virtual machines with slow
-    page faults that was most of a CPU step. Blocks up to 32 MiB (glibc's ceiling) then come from
-    the heap and are reused. A no-op where the C library is not glibc.
-    """
-    import ctypes
-    import ctypes.util
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    libc.mallopt(m_mmap_threshold, 32 * 1024 * 1024)
-    libc.mallopt(m_trim_threshold, 1024 * 1024 * 1024)
-    libc.mallopt(m_top_pad, 64 * 1024 * 1024)
