@@ -77,9 +77,12 @@ def train(
     ),
 ) -> None:
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
+    from attncli.runs import training_config
+
+    checked, resumed = training_config(config, set_, resume)  # before torch loads: fails fast
     from attncli.train import train_command
 
-    train_command(config, set_, name, runs_dir, device.value, resume)
+    train_command(checked, resumed, config, name, runs_dir, device.value)
 
 
 @app.command("eval")

@@ -21,9 +21,12 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attncli.errors import AttncliError
+
+if TYPE_CHECKING:
+    from attncli.config import Config
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -156,3 +159,22 @@ class MetricsLog:
         if not self.path.is_file():
             return []
         return [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line]
+
+
+def training_config(config_path: Path | None, overrides: list[str],
+                    resume: Path | None) -> tuple[Config, RunPaths | None]:
+    """The config `attncli train` will use, and the run folder when resuming (else None).
+
+    Torch-free on purpose: the CLI calls it before loading the trainer, so a missing or mistyped
+    config, or a folder that is not a resumable run, is reported in a blink.
+    """
+    from attncli.config import load_config
+
+    if resume is None and config_path is None:
+        raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
+    if resume is None:
+        return load_config(config_path, overrides), None
+    paths = open_run(resume)
+    if not paths.state("last").is_file():
+        raise AttncliError(f"{resume}: no last checkpoint to resume from")
+    return load_config(paths.config, overrides), paths

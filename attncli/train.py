@@ -391,38 +391,34 @@ def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCor
         f"({trainer.precision}, {torch.get_num_threads()} threads)")
 
 
-def train_command(config_path, overrides: list[str], name: str | None, runs_dir,
-                  device_name: str, resume) -> None:
-    """`attncli train`: new run from a config, or continue one with --resume."""
+def train_command(config, resumed, config_path, name: str | None, runs_dir,
+                  device_name: str) -> None:
+    """`attncli train`: a new run from ``config``, or continue the run folder ``resumed``.
+
+    ``config`` and ``resumed`` come from ``runs.training_config``, which the CLI calls before
+    importing this module (and torch), so a bad config fails at once.
+    """
     from pathlib import Path
 
-    from attncli.config import load_config, save_config
+    from attncli.config import save_config
     from attncli.data import load_split
     from attncli.device import resolve_device, set_threads
     from attncli.errors import AttncliError
-    from attncli.runs import create_run_dir, default_run_name, open_run
+    from attncli.runs import create_run_dir, default_run_name
     from attncli.tokenizer import check_model_file, load_tokenizer, train_tokenizer
 
-    if resume is None and config_path is None:
-        raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
-    if resume is not None:
-        paths = open_run(resume)
-        if not paths.state("last").is_file():
-            raise AttncliError(f"{resume}: no last checkpoint to resume from")
-        config = load_config(paths.config, overrides)
-    else:
-        config = load_config(config_path, overrides)
     device = resolve_device(device_name)
     set_threads(config.train.threads)
     # Read the data before making a run folder: bad data leaves nothing behind.
     train_data = load_split(config.data, "train").head(config.data.train_limit)
     val_data = load_split(config.data, "val")
     check_model_file(config.tokenizer)
-    if resume is None:
+    if resumed is None:
         paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
         save_config(config, paths.config)
         tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths)
     else:
+        paths = resumed
         save_config(config, paths.config)  # --set may have extended the run
         tokenizer = load_tokenizer(paths, config.tokenizer.joint)
     corpus = encode_corpus(tokenizer, train_data.src, train_data.tgt, config.data.max_len)
@@ -431,7 +427,7 @@ def train_command(config_path, overrides: list[str], name: str | None, runs_dir,
     reporter = Reporter(paths.log, config.train.max_steps, 0)
     try:
         trainer = Trainer(config, paths, tokenizer, corpus, val_data, device, reporter)
-        if resume is not None:
+        if resumed is not None:
             trainer.resume()
             reporter.line(f"resumed {paths.root} at step {trainer.step} "
                           f"(epoch {trainer.epoch + 1})")

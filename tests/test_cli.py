@@ -39,3 +39,17 @@ def test_version():
 def test_unknown_option_is_a_usage_error_with_exit_2():
     out = _cli("train", "--bogus")
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+
+@pytest.mark.parametrize("args, code", [
+    (["train", "missing.yaml"], 2), (["train", "--resume", "."], 2), (["--help"], 0),
+])
+def test_help_and_bad_train_input_answer_before_torch_loads(args, code, tmp_path):
+    # Seconds of torch import before "config file not found" would be a poor answer.
+    probe = ("import sys\nfrom attncli.cli import main\nsys.argv = ['attncli', *sys.argv[1:]]\n"
+             "try:\n    main()\nexcept SystemExit as end:\n"
+             "    print('exit', end.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert out.stdout.splitlines()[-1] == f"exit {code} False"
