@@ -413,13 +413,11 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
     train_data = load_split(config.data, "train").head(config.data.train_limit)
     val_data = load_split(config.data, "val")
     check_model_file(config.tokenizer)
+    paths = resumed or create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
+    save_config(config, paths.config)  # on resume too: --set may have extended the run
     if resumed is None:
-        paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
-        save_config(config, paths.config)
         tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths)
     else:
-        paths = resumed
-        save_config(config, paths.config)  # --set may have extended the run
         tokenizer = load_tokenizer(paths, config.tokenizer.joint)
     corpus = encode_corpus(tokenizer, train_data.src, train_data.tgt, config.data.max_len)
     if not corpus.src:
