@@ -40,6 +40,7 @@ from attncli.device import (
     autocast,
     resolve_decode_precision,
     resolve_device,
+    resolve_pad_multiple,
     resolve_precision,
     set_threads,
 )
@@ -434,8 +435,9 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
     kernel selection (oneDNN builds a kernel per shape on CPU), which is not training speed.
     """
     vocab = cfg.tokenizer.vocab_size
+    multiple = resolve_pad_multiple(cfg.train.pad_multiple, device, precision)
     batches = synthetic_batches(vocab, cfg.train.batch_tokens, num_batches, cfg.train.seed,
-                                multiple=cfg.train.pad_multiple)
+                                multiple=multiple)
     warmup_steps = max(warmup, len(batches))
     flops = {id(b): FWD_BWD_FLOP_FACTOR * seq2seq_forward_flops(cfg.model, vocab, b)
              for b in batches}

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from attncli.errors import AttncliError
 
@@ -86,8 +93,8 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     seed: int = Field(1234, description="Seed for init, dropout and shuffling.")
     batch_tokens: int = Field(2048, ge=1, description="Max target tokens per batch.")
-    pad_multiple: int = Field(
-        8, ge=1, description="Pad batch lengths up to a multiple of this, so shapes repeat."
+    pad_multiple: int | Literal["auto"] = Field(
+        "auto", description="Pad batch lengths up to a multiple of this (auto: see device.py)."
     )
     accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
@@ -109,6 +116,14 @@ class TrainConfig(_Section):
         None, ge=1, description="Stop after N validations without a better val BLEU."
     )
     threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
+
+    @field_validator("pad_multiple", mode="before")
+    @classmethod
+    def _whole_number_or_auto(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                               and value >= 1):
+            return value
+        raise ValueError(f"expected a whole number >= 1 or auto (got {value!r})")
 
 
 class DecodeConfig(_Section):

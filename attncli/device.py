@@ -40,6 +40,19 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_supports_bf16() else "fp32"
 
 
+def resolve_pad_multiple(setting: int | str, device: torch.device, precision: str) -> int:
+    """'auto' -> 8 for bf16 on CPU and for CUDA, 1 for fp32 on CPU.
+
+    Why: oneDNN builds a bf16 matrix kernel per tensor shape, so on a bf16 CPU, batch lengths
+    rounded up to a multiple of 8 (17 shapes instead of 172 on Multi30k) repay their 18% target
+    padding; GPUs like multiples of 8 too. In fp32 on CPU, MKL has no per-shape cost, and exact
+    lengths (0.4% padding) trained small.yaml 5-10% faster on the 2-core AMD EPYC.
+    """
+    if setting != "auto":
+        return int(setting)
+    return 1 if device.type == "cpu" and precision == "fp32" else 8
+
+
 def resolve_decode_precision(train_precision: str, device: torch.device) -> str:
     """The precision to decode in: the run's on CUDA, fp32 on CPU.
 

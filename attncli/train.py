@@ -192,12 +192,13 @@ class Trainer:
     def __init__(self, config, paths, tokenizer, corpus: EncodedCorpus, val_data,
                  device: torch.device, reporter: Reporter):
         from attncli.checkpoint import build_model
-        from attncli.device import resolve_precision
+        from attncli.device import resolve_pad_multiple, resolve_precision
 
         self.config, self.cfg, self.paths = config, config.train, paths
         self.tokenizer, self.corpus, self.device = tokenizer, corpus, device
         self.reporter = reporter
         self.precision = resolve_precision(self.cfg.precision, device)
+        self.pad_multiple = resolve_pad_multiple(self.cfg.pad_multiple, device, self.precision)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
         if self.cfg.compile:  # compile what a training step calls (not `forward`)
@@ -220,6 +221,7 @@ class Trainer:
         return {"step": self.step, "epoch": self.epoch, "batch_index": self.batch_index,
                 "elapsed_s": self.elapsed, "best_bleu": self.best_bleu,
                 "bad_validations": self.bad_validations, "last_validated": self.last_validated,
+                "pad_multiple": self.pad_multiple,
                 "scheduler": {"kind": "inverse_sqrt", "peak_lr": self.cfg.lr,
                               "warmup_steps": self.cfg.warmup_steps}}
 
@@ -231,6 +233,8 @@ class Trainer:
                     "last_validated"):
             setattr(self, key, state[key])
         self.elapsed = state["elapsed_s"]
+        # The saved data position indexes batches built with this multiple.
+        self.pad_multiple = state.get("pad_multiple", self.pad_multiple)
         set_rng_state(state["rng"])
 
     def save(self, tag: str) -> None:
@@ -247,7 +251,7 @@ class Trainer:
         self.model.eval()
         total, tokens = 0.0, 0
         corpus = self.val_corpus
-        multiple = self.cfg.pad_multiple
+        multiple = self.pad_multiple
         for idx in token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, 0, 0,
                                  multiple):
             batch = collate([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx], multiple)
@@ -315,7 +319,7 @@ class Trainer:
         with _StopSignal() as stop:
             while reason is None:
                 batches = token_batches(corpus.src_lens, corpus.tgt_lens, cfg.batch_tokens,
-                                        cfg.seed, self.epoch, cfg.pad_multiple)
+                                        cfg.seed, self.epoch, self.pad_multiple)
                 while self.batch_index < len(batches) and reason is None:
                     group = batches[self.batch_index : self.batch_index + cfg.accum_steps]
                     self.batch_index += len(group)
@@ -323,7 +327,7 @@ class Trainer:
                     stats = train_step(
                         self.model, self.optimizer,
                         [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b],
-                                 cfg.pad_multiple)
+                                 self.pad_multiple)
                          for b in group],
                         cfg, lr, self.device, self.precision,
                     )
@@ -377,7 +381,7 @@ class Trainer:
 def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCorpus) -> None:
     from attncli.batching import padding_share, token_batches
 
-    multiple = trainer.cfg.pad_multiple
+    multiple = trainer.pad_multiple
     batches = token_batches(corpus.src_lens, corpus.tgt_lens, trainer.cfg.batch_tokens,
                             trainer.cfg.seed, 0, multiple)
     share = padding_share(batches, corpus.tgt_lens, multiple)
@@ -385,7 +389,7 @@ def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCor
         f"data {train_data.name}: {len(corpus.src):,} training pairs "
         f"({train_data.dropped_empty} empty and {corpus.dropped_long} longer than "
         f"{trainer.config.data.max_len} subwords dropped); {len(batches)} batches per epoch, "
-        f"{share:.1%} padding")
+        f"{share:.1%} padding (lengths rounded up to multiples of {multiple})")
     reporter.line(
         f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
         f"({trainer.precision}, {torch.get_num_threads()} threads)")

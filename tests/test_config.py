@@ -51,6 +51,8 @@ def test_all_shipped_configs_validate():
         ("model:\n  d_model: 250\n  heads: 4\n", [], "model.heads (4) must divide model.d_model"),
         ("model:\n  dropout: lots\n", [], "model.dropout"),
         ("train:\n  max_steps: -3\n", [], "train.max_steps"),
+        ("train:\n  pad_multiple: 0\n", [], "pad_multiple: expected a whole number >= 1 or auto"),
+        ("", ["train.pad_multiple=eight"], "train.pad_multiple: expected a whole number"),
         ("", ["train.max_stpes=5"], "train.max_stpes: unknown key (did you mean train.max_steps?)"),
         ("", ["train.max_steps"], "expected KEY=VALUE"),
         ("- just\n- a list\n", [], "expected a mapping"),
@@ -95,3 +97,17 @@ def test_cli_missing_config_file(tmp_path):
     result = _cli("train", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2 and "config file not found" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_pad_multiple_auto_depends_on_device_and_precision():
+    import torch
+
+    from attncli.device import resolve_pad_multiple
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_pad_multiple("auto", cpu, "fp32") == 1
+    assert resolve_pad_multiple("auto", cpu, "bf16") == 8
+    assert resolve_pad_multiple("auto", cuda, "bf16") == 8
+    assert resolve_pad_multiple(4, cpu, "fp32") == 4
+    assert load_config(REPO / "configs" / "small.yaml", ["train.pad_multiple=2"]).train \
+        .pad_multiple == 2

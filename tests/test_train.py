@@ -96,6 +96,7 @@ def test_run_folder_has_every_artifact(runs):
         assert (run / rel).is_file(), rel
     state = json.loads((run / "checkpoints" / "last.json").read_text())
     assert state["step"] == 6 and {"optimizer", "rng", "epoch", "batch_index"} <= state.keys()
+    assert state["pad_multiple"] == 1  # pad_multiple auto, fp32 on CPU (see resolve_pad_multiple)
     assert not list(run.rglob("*.tmp")) and not list(run.rglob(".*.tmp"))
 
 
