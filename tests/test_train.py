@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from attncli.cli import main
+from attncli.device import resolve_pad_multiple, resolve_precision
 
 TINY = [
     "data.train_limit=400", "data.valid_limit=16", "data.max_len=60",
@@ -96,7 +98,10 @@ def test_run_folder_has_every_artifact(runs):
         assert (run / rel).is_file(), rel
     state = json.loads((run / "checkpoints" / "last.json").read_text())
     assert state["step"] == 6 and {"optimizer", "rng", "epoch", "batch_index"} <= state.keys()
-    assert state["pad_multiple"] == 1  # pad_multiple auto, fp32 on CPU (see resolve_pad_multiple)
+    # pad_multiple auto follows the precision auto picks here: 1 for fp32, 8 on a bf16 CPU
+    cpu = torch.device("cpu")
+    expected = resolve_pad_multiple("auto", cpu, resolve_precision("auto", cpu))
+    assert state["pad_multiple"] == expected
     assert not list(run.rglob("*.tmp")) and not list(run.rglob(".*.tmp"))
 
 
