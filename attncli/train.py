@@ -351,6 +351,7 @@ class Trainer:
                         window_tokens, window_loss, window_steps = 0, 0.0, 0
                         window_start = time.perf_counter()
                     self.reporter.step(self.step, f"loss {stats.loss:.3f} lr {lr:.1e}")
+                    checks_start = time.perf_counter()
                     if stop.name:
                         reason = "signal"
                     elif cfg.max_steps is not None and self.step >= cfg.max_steps:
@@ -359,9 +360,11 @@ class Trainer:
                         reason = "max_minutes"
                     elif self.step % cfg.eval_every == 0 and self.validate(metrics):
                         reason = "patience"
-                    if self.step % cfg.eval_every == 0:  # validation took time: restart window
-                        window_start = time.perf_counter()
-                        run_start, elapsed_before = time.perf_counter(), self.elapsed
+                    if self.step % cfg.eval_every == 0:
+                        # leave validation out of both the tok/s window and the training clock
+                        paused = time.perf_counter() - checks_start
+                        window_start += paused
+                        run_start += paused
                 if self.batch_index >= len(batches):
                     self.epoch += 1
                     self.batch_index = 0
