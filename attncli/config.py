@@ -99,7 +99,8 @@ class TrainConfig(_Section):
     accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
     max_epochs: int | None = Field(None, ge=1, description="Stop after this many epochs.")
-    max_minutes: float | None = Field(None, gt=0, description="Stop after this much wall time.")
+    max_minutes: float | None = Field(
+        None, gt=0, description="Stop after this much training time (validation not counted).")
     eval_every: int = Field(500, ge=1, description="Validate every N updates (and at the end).")
     log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
