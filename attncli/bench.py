@@ -734,7 +734,7 @@ def default_config_path(device: torch.device) -> Path:
 
 
 def write_json(report: dict[str, Any], path: Path) -> None:
-    from attncli.runs import atomic_write_json
+    from attncli.atomic import atomic_write_json
 
     atomic_write_json(path, report)
 

@@ -26,6 +26,10 @@ app = typer.Typer(
 )
 
 
+CHECKPOINT_HELP = ("Which checkpoint: best, last, averaged (see `attncli average`) or step-N "
+                   "(one of the run's checkpoints/step-N folders).")
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
@@ -97,11 +101,12 @@ def eval_(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
     device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
-    """Translate a split with the run's best checkpoint and score it (sacreBLEU BLEU and chrF)."""
+    """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
     from attncli.evaluate import eval_command
 
-    eval_command(run_dir, split.value, data, beam, json_out, device.value)
+    eval_command(run_dir, split.value, data, beam, json_out, device.value, checkpoint)
 
 
 @app.command()
@@ -130,14 +135,26 @@ def translate(
         None, "--head", help="Attention head to show (default: the mean over heads)."
     ),
     device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
     from attncli.translate import translate_command
 
     translate_command(
         text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
-        attention_png, layer, head, device.value,
+        attention_png, layer, head, device.value, checkpoint,
     )
+
+
+@app.command()
+def average(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
+    last: int = typer.Option(..., "--last", min=2, help="How many of the newest step folders."),
+) -> None:
+    """Average the weights of the last N checkpoints into checkpoints/averaged/."""
+    from attncli.checkpoint import average_command
+
+    average_command(run_dir, last)
 
 
 @app.command()

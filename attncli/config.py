@@ -8,6 +8,8 @@ e.g. ``configs/x.yaml: model.d_modle: unknown key (did you mean model.d_model?)`
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +23,12 @@ from pydantic import (
     model_validator,
 )
 
+from attncli.atomic import atomic_write_text
 from attncli.errors import AttncliError
+
+# `train.pad_multiple: auto` picks 1 or this (see device.resolve_pad_multiple); configs are
+# checked against the larger, so a config that fits on one machine fits on every machine.
+LARGEST_AUTO_PAD_MULTIPLE = 8
 
 
 class _Section(BaseModel):
@@ -40,6 +47,12 @@ class DataConfig(_Section):
     )
     valid_limit: int | None = Field(
         None, ge=1, description="Use only the first N validation pairs for BLEU during training."
+    )
+    val: str | None = Field(
+        None, description="Validation data (set name, folder or file); default: dataset's val."
+    )
+    test: str | None = Field(
+        None, description="Test data (set name, folder or file); default: dataset's test."
     )
 
 
@@ -97,10 +110,17 @@ class TrainConfig(_Section):
         "auto", description="Pad batch lengths up to a multiple of this (auto: see device.py)."
     )
     accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
+    save_every: int | None = Field(
+        None, ge=1, description="Also save a checkpoint every N updates (null: at validations).")
+    keep_checkpoints: int = Field(
+        3, ge=1, description="Step folders kept: the newest N, plus the best.")
+    max_nonfinite_updates: int = Field(
+        5, ge=1, description="Stop after N non-finite updates in a row (each one is skipped).")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
     max_epochs: int | None = Field(None, ge=1, description="Stop after this many epochs.")
     max_minutes: float | None = Field(
-        None, gt=0, description="Stop after this much training time (validation not counted).")
+        None, gt=0,
+        description="Stop after this much training time (validation and saving not counted).")
     eval_every: int = Field(500, ge=1, description="Validate every N updates (and at the end).")
     log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
@@ -146,6 +166,21 @@ class Config(_Section):
     def _tying_needs_joint_vocab(self) -> Config:
         if self.model.tie_embeddings and not self.tokenizer.joint:
             raise ValueError("model.tie_embeddings needs tokenizer.joint: true")
+        return self
+
+    @model_validator(mode="after")
+    def _padded_pairs_fit_the_positions(self) -> Config:
+        """A batch is data.max_len long at most, rounded up to the padding multiple."""
+        multiple = self.train.pad_multiple
+        if multiple == "auto":
+            multiple = LARGEST_AUTO_PAD_MULTIPLE
+        padded = -(-self.data.max_len // multiple) * multiple
+        if padded > self.model.max_positions:
+            fits = self.model.max_positions // multiple * multiple
+            raise ValueError(
+                f"data.max_len ({self.data.max_len}, padded to a multiple of {multiple}: "
+                f"{padded}) exceeds model.max_positions ({self.model.max_positions}); lower "
+                f"data.max_len to {fits} or raise model.max_positions")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -256,6 +291,52 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
 
 def save_config(config: Config, path: Path) -> None:
     """Write the fully resolved config (every key, defaults included)."""
-    from attncli.runs import atomic_write_text
-
     atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True))
+
+
+# What `train --resume` may change. Every other key is fixed by what the run has on disk: the
+# weights' shapes, the tokenizer, or the data order (the saved position indexes one batch list).
+RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
+    "data": frozenset({"valid_limit", "val", "test"}),
+    "tokenizer": frozenset(),
+    "model": frozenset({"dropout", "attention_dropout", "attention"}),
+    "train": frozenset({
+        "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
+        "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
+        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads"}),
+    "decode": None,  # every key: decoding settings only affect validation BLEU
+}
+_WHY_FIXED = {"data": "it changes the training data and its order",
+              "tokenizer": "it changes the tokenizer the run trained with",
+              "model": "it changes the model the weights belong to",
+              "train": "it changes the data order the saved position points into"}
+
+
+def _may_change_summary() -> str:
+    parts = []
+    for section, keys in RESUME_MAY_CHANGE.items():
+        if keys is None:
+            parts.append(f"{section}.*")
+        elif keys:
+            parts.append(f"{section}.{{{','.join(sorted(keys))}}}")
+    return "; ".join(parts)
+
+
+def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
+    """Refuse (one line naming the key) a change that the saved state cannot honour."""
+    old, new = saved.to_dict(), wanted.to_dict()
+    for section, allowed in RESUME_MAY_CHANGE.items():
+        for key, value in new[section].items():
+            if value == old[section].get(key) or allowed is None or key in allowed:
+                continue
+            raise AttncliError(
+                f"--resume {run}: {section}.{key} cannot change when resuming "
+                f"({old[section].get(key)!r} -> {value!r}): {_WHY_FIXED[section]}; start a new "
+                f"run for that. May change: {_may_change_summary()}")
+
+
+def model_fingerprint(model: ModelConfig) -> str:
+    """A short hash of what shapes the weights (keys that --resume may change are left out)."""
+    free = RESUME_MAY_CHANGE["model"] or frozenset()
+    shape = {k: v for k, v in model.model_dump(mode="json").items() if k not in free}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,7 +7,12 @@ Where a name is looked up, in order:
 3. ``./data/<name>``;
 4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``; ``owner/name`` is passed
    through). A Hub download is saved as JSON Lines under ``./data/<name>`` so the next run
-   works offline.
+   works offline; it is written to a temp folder and renamed only once every split is complete,
+   so an interrupted download never passes for a data set.
+
+A folder counts as a data set only when it holds a split file. A single file is one split: it
+can be the training data when ``data.val`` and ``data.test`` name the validation and test data,
+so that validation BLEU, early stopping and ``eval`` never score the training pairs.
 
 Local layouts, per split (``train``, ``val`` — also ``valid``/``dev``/``validation`` —, ``test``):
 ``<split>.jsonl`` (one object per line, one key per language), ``<split>.tsv`` (a header row
@@ -20,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attncli.atomic import staged_folder
 from attncli.config import DataConfig
 from attncli.errors import AttncliError
 
@@ -65,14 +71,30 @@ def _local_candidates(name: str) -> list[Path]:
     return [Path(name), *(d / name for d in data_dirs())]
 
 
+def _has_split_file(folder: Path) -> bool:
+    stems = {stem for names in SPLIT_NAMES.values() for stem in names}
+    return any(item.is_file() and item.name.split(".")[0] in stems for item in folder.iterdir())
+
+
 def resolve_dataset(name: str) -> Path:
     """A local folder or file holding the data set, downloading it from the Hub if needed."""
     looked = []
     for candidate in _local_candidates(name):
         looked.append(str(candidate))
-        if candidate.is_file() or (candidate.is_dir() and any(candidate.iterdir())):
+        if candidate.is_file() or (candidate.is_dir() and _has_split_file(candidate)):
             return candidate
     return _download_from_hub(name, looked)
+
+
+def check_training_sources(cfg: DataConfig) -> None:
+    """A single-file training set needs data.val and data.test from elsewhere."""
+    location = resolve_dataset(cfg.dataset)
+    missing = [key for key in ("val", "test") if getattr(cfg, key) is None]
+    if location.is_file() and missing:
+        raise AttncliError(
+            f"{location}: a single file is training data only, so validation and test need "
+            f"their own: set data.{missing[0]} (e.g. --set data.{missing[0]}=dev.jsonl), or put "
+            f"train.jsonl, val.jsonl and test.jsonl in one folder and name that")
 
 
 def _download_from_hub(name: str, looked: list[str]) -> Path:
@@ -92,10 +114,15 @@ def _download_from_hub(name: str, looked: list[str]) -> Path:
                            f"and the Hub copy {hub_id} could not be loaded ({reason}); {advice}"
                            ) from None
     target = Path("data") / name.replace("/", "__")
-    target.mkdir(parents=True, exist_ok=True)
-    for split, ds in remote.items():
-        canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
-        ds.to_json(str(target / f"{canonical}.jsonl"), force_ascii=False)
+    if target.is_dir() and not any(target.iterdir()):
+        target.rmdir()
+    if target.exists():
+        raise AttncliError(f"{target} exists but holds no data set (no train/val/test file); "
+                           f"remove it to download {hub_id} again")
+    with staged_folder(target) as folder:
+        for split, ds in remote.items():
+            canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
+            ds.to_json(str(folder / f"{canonical}.jsonl"), force_ascii=False)
     return target
 
 
@@ -158,8 +185,16 @@ def _load_columns(location: Path, split: str, src: str, tgt: str) -> tuple[list,
 
 
 def load_split(cfg: DataConfig, split: str) -> ParallelText:
-    """One split of the configured data set; empty and whitespace-only pairs are dropped."""
-    location = resolve_dataset(cfg.dataset)
+    """One split of the configured data set; empty and whitespace-only pairs are dropped.
+
+    `data.val` / `data.test`, when set, name where the val / test split comes from.
+    """
+    own_source = {"val": cfg.val, "test": cfg.test}.get(split)
+    name = own_source or cfg.dataset
+    location = resolve_dataset(name)
+    if location.is_file() and own_source is None and split != "train":
+        raise AttncliError(f"{location}: a single file has no {split} split; set data.{split} "
+                           f"to the {split} data (or, for eval, pass --data FILE)")
     src_col, tgt_col = _load_columns(location, split, cfg.src, cfg.tgt)
     src, tgt = [], []
     for s, t in zip(src_col, tgt_col, strict=True):
@@ -168,6 +203,6 @@ def load_split(cfg: DataConfig, split: str) -> ParallelText:
             src.append(s)
             tgt.append(t)
     if not src:
-        raise AttncliError(f"{location}: the {split} split of {cfg.dataset} has no non-empty "
+        raise AttncliError(f"{location}: the {split} split of {name} has no non-empty "
                            f"{cfg.src}-{cfg.tgt} pairs")
-    return ParallelText(src, tgt, cfg.dataset, split, dropped_empty=len(src_col) - len(src))
+    return ParallelText(src, tgt, name, split, dropped_empty=len(src_col) - len(src))

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
+from attncli.config import LARGEST_AUTO_PAD_MULTIPLE
 from attncli.errors import AttncliError
 
 
@@ -50,7 +51,7 @@ def resolve_pad_multiple(setting: int | str, device: torch.device, precision: st
     """
     if setting != "auto":
         return int(setting)
-    return 1 if device.type == "cpu" and precision == "fp32" else 8
+    return 1 if device.type == "cpu" and precision == "fp32" else LARGEST_AUTO_PAD_MULTIPLE
 
 
 def resolve_decode_precision(train_precision: str, device: torch.device) -> str:

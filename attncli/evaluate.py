@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
+from attncli.atomic import atomic_write_json, atomic_write_text
 from attncli.checkpoint import TrainedModel, load_trained_model
 from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.runs import atomic_write_json, atomic_write_text
 from attncli.search import Hypothesis, translate_ids
 from attncli.tokenizer import EOS_ID, Tokenizer
 
@@ -149,7 +149,7 @@ def evaluate_split(
 
 
 def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
-                 device: str) -> None:
+                 device: str, checkpoint: str = "best") -> None:
     """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json."""
     from rich.console import Console
     from rich.progress import Progress
@@ -157,9 +157,9 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     from attncli.data import load_split
 
-    trained = load_trained_model(Path(run_dir), resolve_device(device))
+    trained = load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
     config = trained.config
-    data_cfg = config.data.model_copy(update={"dataset": data}) if data else config.data
+    data_cfg = config.data.model_copy(update={split: data}) if data else config.data
     parallel = load_split(data_cfg, split)
     beam = beam or config.decode.beam
     err = Console(stderr=True)
@@ -178,8 +178,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
               f"cut to fit the model (first: line {truncated[0] + 1})", file=sys.stderr)
 
     hyps = result.pop("hypotheses")
-    report = {"run": str(run_dir), "data": parallel.name, "split": split,
-              "precision": decode_precision(trained), **result}
+    report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
+              "split": split, "precision": decode_precision(trained), **result}
     paths = trained.paths
     atomic_write_text(paths.eval_dir / f"{split}.hyp.txt", "".join(f"{h}\n" for h in hyps))
     atomic_write_json(paths.eval_dir / f"{split}.json", report)
@@ -187,7 +187,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     if json_out:
         print(json.dumps(report, ensure_ascii=False))
         return
-    table = Table(title=f"{Path(run_dir).name}: {parallel.name} {split}, beam {beam}")
+    table = Table(title=f"{Path(run_dir).name} ({trained.checkpoint.name}): {parallel.name} "
+                        f"{split}, beam {beam}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("BLEU", f"{report['bleu']:.2f}")

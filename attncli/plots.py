@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attncli.runs import atomic_write_bytes
+from attncli.atomic import atomic_write_bytes
 
 
 def _pyplot():
@@ -23,8 +23,8 @@ def _pyplot():
 def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
     """Training loss, validation loss and validation BLEU against steps, saved as a PNG."""
     plt = _pyplot()
-    train = [r for r in records if "loss" in r and "val_loss" not in r]
-    val = [r for r in records if "val_loss" in r]
+    train = [r for r in records if r.get("event") == "train"]
+    val = [r for r in records if r.get("event") == "val"]
     fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(10, 4))
     if train:
         ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")

@@ -1,12 +1,12 @@
-"""The run folder: its layout, atomic writes, the metrics log, and finding runs again.
+"""The run folder: its layout, the metrics log, and finding runs again.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
-      checkpoints/last.safetensors model weights of the newest checkpoint
-      checkpoints/last.optim.safetensors  optimizer moments (tensors, no pickle)
-      checkpoints/last.json        step, epoch, scheduler, RNG and data position (JSON)
-      checkpoints/best.*           the same for the best validation BLEU
+      checkpoints/step-<N>/        one folder per save (see checkpoint.py): model.safetensors,
+                                   optimizer.safetensors, state.json
+      checkpoints/pointers.json    {"last": "step-<N>", "best": "step-<M>"}, replaced atomically
+      checkpoints/averaged/        the mean of the last step folders (`attncli average`)
       metrics.jsonl                one JSON object per log or validation event
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
@@ -17,40 +17,17 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from attncli.atomic import atomic_write_text
+from attncli.config import Config, check_resume_changes, load_config
 from attncli.errors import AttncliError
 
-if TYPE_CHECKING:
-    from attncli.config import Config
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+STEP_FOLDER = re.compile(r"step-(\d+)")
 
 
 @dataclass(frozen=True)
@@ -67,15 +44,39 @@ class RunPaths:
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
-    def weights(self, tag: str) -> Path:
-        """tag is 'last' or 'best'."""
-        return self.checkpoints / f"{tag}.safetensors"
+    @property
+    def pointers(self) -> Path:
+        """Which step folders are `last` and `best`: one small JSON file, replaced atomically."""
+        return self.checkpoints / "pointers.json"
 
-    def optimizer(self, tag: str) -> Path:
-        return self.checkpoints / f"{tag}.optim.safetensors"
+    def step_dir(self, step: int) -> Path:
+        return self.checkpoints / f"step-{step}"
 
-    def state(self, tag: str) -> Path:
-        return self.checkpoints / f"{tag}.json"
+    @property
+    def averaged(self) -> Path:
+        return self.checkpoints / "averaged"
+
+    def step_dirs(self) -> dict[int, Path]:
+        """Every step-<N> folder by its step (temp leftovers of a killed save excluded)."""
+        found = {}
+        if self.checkpoints.is_dir():
+            for item in self.checkpoints.iterdir():
+                match = STEP_FOLDER.fullmatch(item.name)
+                if match and item.is_dir():
+                    found[int(match.group(1))] = item
+        return dict(sorted(found.items()))
+
+    def read_pointers(self) -> dict[str, str]:
+        """{'last': 'step-N', 'best': 'step-M'}, or {} before the first checkpoint."""
+        if not self.pointers.is_file():
+            return {}
+        try:
+            pointers = json.loads(self.pointers.read_text("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise AttncliError(f"{self.pointers}: corrupt checkpoint pointer ({err})") from None
+        if not isinstance(pointers, dict) or not isinstance(pointers.get("last"), str):
+            raise AttncliError(f"{self.pointers}: corrupt checkpoint pointer (no 'last')")
+        return pointers
 
     @property
     def metrics(self) -> Path:
@@ -119,8 +120,8 @@ def default_run_name(config_path: Path | None) -> str:
     return f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def open_run(run_dir: Path, need: str | None = None) -> RunPaths:
-    """Check that `run_dir` is a run folder (and, with need='best'/'last', has that checkpoint)."""
+def open_run(run_dir: Path) -> RunPaths:
+    """Check that `run_dir` is a run folder (it has its config.yaml)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise AttncliError(f"{run_dir}: run folder does not exist")
@@ -128,21 +129,30 @@ def open_run(run_dir: Path, need: str | None = None) -> RunPaths:
     if not paths.config.is_file():
         raise AttncliError(f"{run_dir}: not a run folder (no config.yaml); make one with "
                            "`attncli train CONFIG`")
-    if need and not paths.weights(need).is_file():
-        if need == "best" and paths.weights("last").is_file():
-            return paths
-        raise AttncliError(f"{run_dir}: no checkpoint yet ({paths.weights(need).name} missing)")
     return paths
 
 
 def find_latest_run(runs_dir: Path = Path("runs")) -> RunPaths:
-    """The most recently written run under `runs_dir` that has a best checkpoint."""
-    candidates = [p for p in Path(runs_dir).glob("*/checkpoints/best.safetensors") if p.is_file()]
+    """The run under `runs_dir` whose last checkpoint was saved most recently."""
+    candidates = [p for p in Path(runs_dir).glob("*/checkpoints/pointers.json") if p.is_file()]
     if not candidates:
         raise AttncliError(f"no trained run under {runs_dir}/ (train one with "
                            "`attncli train configs/small.yaml`, or pass --run RUN_DIR)")
     newest = max(candidates, key=lambda p: p.stat().st_mtime)
     return RunPaths(newest.parent.parent)
+
+
+def check_writable(folder: Path) -> None:
+    """Make `folder` (if needed) and prove a file can be created there, before any work."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise AttncliError(f"{folder}: cannot write run folders here "
+                           f"({err.strerror or err}); choose another with --runs-dir") from None
 
 
 class MetricsLog:
@@ -156,9 +166,23 @@ class MetricsLog:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
+        """Every event; a last line cut short by a kill is left out."""
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line]
+        text = self.path.read_text("utf-8")
+        lines = text.splitlines()
+        if lines and not text.endswith("\n"):
+            lines.pop()
+        return [json.loads(line) for line in lines if line]
+
+    def drop_after(self, step: int) -> int:
+        """Forget events past `step` (a resumed run replays them); returns how many went."""
+        records = self.read()
+        kept = [r for r in records if r.get("step", 0) <= step]
+        if self.path.is_file():
+            atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                 for r in kept))
+        return len(records) - len(kept)
 
 
 def training_config(config_path: Path | None, overrides: list[str],
@@ -166,15 +190,17 @@ def training_config(config_path: Path | None, overrides: list[str],
     """The config `attncli train` will use, and the run folder when resuming (else None).
 
     Torch-free on purpose: the CLI calls it before loading the trainer, so a missing or mistyped
-    config, or a folder that is not a resumable run, is reported in a blink.
+    config, a folder that is not a resumable run, or a change that resuming cannot honour is
+    reported in a blink.
     """
-    from attncli.config import load_config
-
     if resume is None and config_path is None:
         raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
     if resume is None:
         return load_config(config_path, overrides), None
     paths = open_run(resume)
-    if not paths.state("last").is_file():
-        raise AttncliError(f"{resume}: no last checkpoint to resume from")
-    return load_config(paths.config, overrides), paths
+    if not paths.read_pointers():
+        raise AttncliError(f"{resume}: no checkpoint saved yet, so nothing to resume; start the "
+                           "run again with `attncli train CONFIG`")
+    wanted = load_config(paths.config, overrides)
+    check_resume_changes(load_config(paths.config), wanted, str(resume))
+    return wanted, paths

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from attncli.atomic import atomic_write_bytes
 from attncli.config import TokenizerConfig
 from attncli.errors import AttncliError
-from attncli.runs import RunPaths, atomic_write_bytes
+from attncli.runs import RunPaths
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 

@@ -6,8 +6,10 @@ first; `Trainer` and `train_command` below drive them over epochs and write the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,15 +29,28 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW; biases, norms and embeddings get no weight decay."""
+    """AdamW; biases, norms and embeddings (the second group) get no weight decay."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (decay if p.dim() > 1 and "embed" not in name else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, foreach=True)
+    optimizer = torch.optim.AdamW([{"params": decay}, {"params": no_decay}], lr=cfg.lr,
+                                  foreach=True)
+    apply_optimizer_settings(optimizer, cfg)
+    return optimizer
+
+
+def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
+    """The config's betas and weight decay on the optimizer's two groups.
+
+    Called again after a resume: the param groups loaded from a checkpoint carry the old
+    settings, and a `--set train.betas=...` the resume accepted must win over them.
+    """
+    decay_group, no_decay_group = optimizer.param_groups
+    for group in optimizer.param_groups:
+        group["betas"] = tuple(cfg.betas)
+    decay_group["weight_decay"], no_decay_group["weight_decay"] = cfg.weight_decay, 0.0
 
 
 @dataclass
@@ -44,13 +59,19 @@ class StepStats:
     tokens: int          # target tokens in the update
     grad_norm: float     # before clipping
 
+    @property
+    def finite(self) -> bool:
+        """False when the loss or the gradient overflowed: such an update is skipped."""
+        return math.isfinite(self.loss) and math.isfinite(self.grad_norm)
+
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[Batch],
                cfg: TrainConfig, lr: float, device: torch.device, precision: str) -> StepStats:
     """One optimizer update over `batches` (gradient accumulation when there are several).
 
     Loss is summed over all target tokens of the update and divided by their count, so an
-    accumulated update equals one big batch.
+    accumulated update equals one big batch. A non-finite loss or gradient norm skips the
+    optimizer step (the gradients are dropped), so a NaN never reaches the weights.
     """
     model.train()
     tokens = sum(b.num_tgt_tokens for b in batches)
@@ -67,11 +88,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequ
     else:
         grad_norm = float(torch.nn.utils.get_total_norm(
             [p.grad for p in model.parameters() if p.grad is not None]))
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.step()
+    stats = StepStats(total, tokens, grad_norm)
+    if stats.finite:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return StepStats(total, tokens, grad_norm)
+    return stats
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,6 +215,7 @@ class Trainer:
     def __init__(self, config, paths, tokenizer, corpus: EncodedCorpus, val_data,
                  device: torch.device, reporter: Reporter):
         from attncli.checkpoint import build_model
+        from attncli.config import model_fingerprint
         from attncli.device import resolve_pad_multiple, resolve_precision
 
         self.config, self.cfg, self.paths = config, config.train, paths
@@ -199,6 +223,7 @@ class Trainer:
         self.reporter = reporter
         self.precision = resolve_precision(self.cfg.precision, device)
         self.pad_multiple = resolve_pad_multiple(self.cfg.pad_multiple, device, self.precision)
+        self.fingerprint = model_fingerprint(config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
         if self.cfg.compile:  # compile what a training step calls (not `forward`)
@@ -211,36 +236,55 @@ class Trainer:
         # Position and history; restored by `resume`.
         self.step = self.epoch = self.batch_index = 0
         self.elapsed = 0.0
-        self.best_bleu = -1.0
+        self.best_bleu, self.best_step = -1.0, None
         self.bad_validations = 0
         self.last_validated = -1
+        # Not saved: a resumed run starts counting afresh.
+        self.saved_step = -1
+        self.nonfinite_in_row = 0
 
     # -- state ---------------------------------------------------------------------------------
 
+    _RESTORED = ("step", "epoch", "batch_index", "best_bleu", "best_step", "bad_validations",
+                 "last_validated", "pad_multiple")
+
     def state(self) -> dict:
-        return {"step": self.step, "epoch": self.epoch, "batch_index": self.batch_index,
-                "elapsed_s": self.elapsed, "best_bleu": self.best_bleu,
-                "bad_validations": self.bad_validations, "last_validated": self.last_validated,
-                "pad_multiple": self.pad_multiple,
+        return {**{key: getattr(self, key) for key in self._RESTORED},
+                "elapsed_s": self.elapsed,
                 "scheduler": {"kind": "inverse_sqrt", "peak_lr": self.cfg.lr,
                               "warmup_steps": self.cfg.warmup_steps}}
 
-    def resume(self) -> None:
-        from attncli.checkpoint import load_checkpoint, set_rng_state
+    def resume(self):
+        """Continue from the `last` checkpoint (strictly loaded); returns its folder.
 
-        state = load_checkpoint(self.paths, "last", self.model, self.optimizer)
-        for key in ("step", "epoch", "batch_index", "best_bleu", "bad_validations",
-                    "last_validated"):
+        The saved pad_multiple wins over this machine's `auto`: the data position indexes
+        batches built with it.
+        """
+        from attncli.checkpoint import checkpoint_dir, load_checkpoint, set_rng_state
+
+        folder = checkpoint_dir(self.paths, "last")
+        state = load_checkpoint(folder, self.model, self.optimizer, self.fingerprint)
+        apply_optimizer_settings(self.optimizer, self.cfg)
+        for key in self._RESTORED:
             setattr(self, key, state[key])
         self.elapsed = state["elapsed_s"]
-        # The saved data position indexes batches built with this multiple.
-        self.pad_multiple = state.get("pad_multiple", self.pad_multiple)
+        self.saved_step = self.step
         set_rng_state(state["rng"])
+        return folder
 
-    def save(self, tag: str) -> None:
+    def save(self) -> None:
+        """Save a step folder for the current step (once per step); never non-finite weights."""
         from attncli.checkpoint import save_checkpoint
+        from attncli.errors import AttncliError
 
-        save_checkpoint(self.paths, tag, self.model, self.optimizer, self.state())
+        if self.saved_step == self.step:
+            return
+        if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters()):
+            raise AttncliError(f"step {self.step}: the weights are not finite; not saved, the "
+                               "previous checkpoint is intact")
+        save_checkpoint(self.paths, self.model, self.optimizer, self.state(), self.fingerprint,
+                        self.best_step, self.cfg.keep_checkpoints)
+        self.saved_step = self.step
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -272,7 +316,7 @@ class Trainer:
         return corpus_scores(hyps, self.val_ref, self.config.data.tgt)["bleu"]
 
     def validate(self, metrics) -> bool:
-        """Score val, save checkpoints, redraw curves; True when patience is exhausted."""
+        """Score val and redraw the curves; True when patience is exhausted."""
         import time
 
         from attncli.plots import plot_curves
@@ -284,7 +328,7 @@ class Trainer:
         self.last_validated = self.step
         improved = bleu > self.best_bleu
         if improved:
-            self.best_bleu, self.bad_validations = bleu, 0
+            self.best_bleu, self.best_step, self.bad_validations = bleu, self.step, 0
         else:
             self.bad_validations += 1
         metrics.write({"event": "val", "step": self.step, "epoch": self.epoch,
@@ -292,16 +336,45 @@ class Trainer:
                        "seconds": round(self.elapsed, 2)})
         self.reporter.line(f"validation step {self.step}: val loss {val_loss:.4f}, greedy BLEU "
                            f"{bleu:.2f}{' (best)' if improved else ''} [{seconds:.1f} s]")
-        self.save("last")
-        if improved:
-            self.save("best")
         plot_curves(metrics.read(), self.paths.curves)
         return self.cfg.patience is not None and self.bad_validations >= self.cfg.patience
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def _time_up(self, now_elapsed: float) -> bool:
-        return self.cfg.max_minutes is not None and now_elapsed >= self.cfg.max_minutes * 60
+    def limit_reached(self) -> str | None:
+        """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
+        cfg = self.cfg
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_epochs is not None and self.epoch >= cfg.max_epochs:
+            return "max_epochs"
+        if cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return None
+
+    def _skipped(self, stats: StepStats, metrics) -> None:
+        self.nonfinite_in_row += 1
+        what = f"loss {stats.loss}, grad norm {stats.grad_norm}"
+        metrics.write({"event": "skipped", "step": self.step + 1, "epoch": self.epoch,
+                       "reason": what})
+        self.reporter.line(f"update {self.step + 1} skipped: non-finite {what} "
+                           f"({self.nonfinite_in_row} in a row)")
+
+    def _after_update(self, stop, metrics, updated: bool) -> str | None:
+        """Why to stop after this update (None: go on); validates and saves when due."""
+        if stop.name:
+            return "signal"
+        if self.nonfinite_in_row >= self.cfg.max_nonfinite_updates:
+            return "nonfinite"
+        if not updated:
+            return None
+        reason = self.limit_reached()
+        if reason is None and self.step % self.cfg.eval_every == 0:
+            reason = "patience" if self.validate(metrics) else None
+            self.save()
+        elif reason is None and self.cfg.save_every and self.step % self.cfg.save_every == 0:
+            self.save()
+        return reason
 
     def run(self) -> str | None:
         """Train until a limit; returns the name of a stop signal if one interrupted the run."""
@@ -331,12 +404,16 @@ class Trainer:
                          for b in group],
                         cfg, lr, self.device, self.precision,
                     )
-                    self.step += 1
-                    window_tokens += stats.tokens
-                    window_loss += stats.loss
-                    window_steps += 1
                     self.elapsed = elapsed_before + time.perf_counter() - run_start
-                    if self.step % cfg.log_every == 0:
+                    if stats.finite:
+                        self.step += 1
+                        self.nonfinite_in_row = 0
+                        window_tokens += stats.tokens
+                        window_loss += stats.loss
+                        window_steps += 1
+                    else:
+                        self._skipped(stats, metrics)
+                    if stats.finite and self.step % cfg.log_every == 0:
                         span = time.perf_counter() - window_start
                         record = {"event": "train", "step": self.step, "epoch": self.epoch,
                                   "loss": window_loss / window_steps, "lr": lr,
@@ -352,30 +429,36 @@ class Trainer:
                         window_start = time.perf_counter()
                     self.reporter.step(self.step, f"loss {stats.loss:.3f} lr {lr:.1e}")
                     checks_start = time.perf_counter()
-                    if stop.name:
-                        reason = "signal"
-                    elif cfg.max_steps is not None and self.step >= cfg.max_steps:
-                        reason = "max_steps"
-                    elif self._time_up(self.elapsed):
-                        reason = "max_minutes"
-                    elif self.step % cfg.eval_every == 0 and self.validate(metrics):
-                        reason = "patience"
-                    if self.step % cfg.eval_every == 0:
-                        # leave validation out of both the tok/s window and the training clock
-                        paused = time.perf_counter() - checks_start
-                        window_start += paused
-                        run_start += paused
+                    reason = self._after_update(stop, metrics, stats.finite)
+                    # leave validation and saving out of both the tok/s window and the clock
+                    paused = time.perf_counter() - checks_start
+                    window_start += paused
+                    run_start += paused
                 if self.batch_index >= len(batches):
                     self.epoch += 1
                     self.batch_index = 0
                     if reason is None and cfg.max_epochs is not None and \
                             self.epoch >= cfg.max_epochs:
                         reason = "max_epochs"
-            if reason == "signal":
-                self.save("last")
-                return stop.name
+        return self._finish(reason, stop.name, metrics)
+
+    def _finish(self, reason: str, signal_name: str | None, metrics) -> str | None:
+        """Validate and save at the end; a non-finite stop saves nothing and is an error."""
+        from attncli.errors import AttncliError
+
+        if reason == "nonfinite":
+            last = self.paths.read_pointers().get("last", "none saved yet")
+            raise AttncliError(
+                f"update {self.step + 1}: {self.nonfinite_in_row} non-finite updates in a row, "
+                f"each skipped (train.max_nonfinite_updates); stopped without saving, the last "
+                f"checkpoint ({last}) is intact; lower train.lr or raise train.warmup_steps and "
+                f"resume with `attncli train --resume {self.paths.root} --set train.lr=...`")
+        if reason == "signal":
+            self.save()
+            return signal_name
         if self.last_validated != self.step:
             self.validate(metrics)
+        self.save()
         self.reporter.line(f"stopped at step {self.step} ({reason}); best greedy val BLEU "
                            f"{self.best_bleu:.2f}; run folder {self.paths.root}")
         return None
@@ -398,31 +481,68 @@ def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCor
         f"({trainer.precision}, {torch.get_num_threads()} threads)")
 
 
+def _resume(trainer: Trainer, config, reporter: Reporter) -> None:
+    """Load the last checkpoint; only once it is accepted, rewrite config.yaml and the metrics."""
+    from attncli.config import save_config
+    from attncli.errors import AttncliError
+    from attncli.runs import MetricsLog
+
+    paths = trainer.paths
+    folder = trainer.resume()
+    reached = trainer.limit_reached()
+    if reached:
+        raise AttncliError(
+            f"{paths.root}: train.{reached} ({getattr(config.train, reached)}) is reached "
+            f"already at step {trainer.step}; raise it to train on (--set train.{reached}=...)")
+    save_config(config, paths.config)  # --set may have extended the run
+    dropped = MetricsLog(paths.metrics).drop_after(trainer.step)
+    reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.step} "
+                  f"(epoch {trainer.epoch + 1}); {dropped} metric events past it dropped")
+
+
+@contextlib.contextmanager
+def _disk_errors_as_user_errors(paths) -> Iterator[None]:
+    """A full disk or a file-size limit while training: one line, and the last checkpoint."""
+    from attncli.errors import AttncliError
+
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS):
+            raise
+        last = paths.read_pointers().get("last", "none saved yet")
+        raise AttncliError(f"{paths.root}: {err.strerror} while training; the last checkpoint "
+                           f"({last}) is intact") from None
+
+
 def train_command(config, resumed, config_path, name: str | None, runs_dir,
                   device_name: str) -> None:
     """`attncli train`: a new run from ``config``, or continue the run folder ``resumed``.
 
     ``config`` and ``resumed`` come from ``runs.training_config``, which the CLI calls before
-    importing this module (and torch), so a bad config fails at once.
+    importing this module (and torch), so a bad config or a refused resume fails at once.
     """
     from pathlib import Path
 
     from attncli.config import save_config
-    from attncli.data import load_split
+    from attncli.data import check_training_sources, load_split
     from attncli.device import resolve_device, set_threads
     from attncli.errors import AttncliError
-    from attncli.runs import create_run_dir, default_run_name
+    from attncli.runs import check_writable, create_run_dir, default_run_name
     from attncli.tokenizer import check_model_file, load_tokenizer, train_tokenizer
 
     device = resolve_device(device_name)
     set_threads(config.train.threads)
+    if resumed is None:
+        check_writable(Path(runs_dir))
     # Read the data before making a run folder: bad data leaves nothing behind.
+    check_training_sources(config.data)
     train_data = load_split(config.data, "train").head(config.data.train_limit)
     val_data = load_split(config.data, "val")
     check_model_file(config.tokenizer)
     paths = resumed or create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
-    save_config(config, paths.config)  # on resume too: --set may have extended the run
     if resumed is None:
+        save_config(config, paths.config)
         tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths)
     else:
         tokenizer = load_tokenizer(paths, config.tokenizer.joint)
@@ -431,13 +551,12 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
         raise AttncliError(f"no training pairs fit data.max_len={config.data.max_len}")
     reporter = Reporter(paths.log, config.train.max_steps, 0)
     try:
-        trainer = Trainer(config, paths, tokenizer, corpus, val_data, device, reporter)
-        if resumed is not None:
-            trainer.resume()
-            reporter.line(f"resumed {paths.root} at step {trainer.step} "
-                          f"(epoch {trainer.epoch + 1})")
-        _banner(reporter, trainer, train_data, corpus)
-        signal_name = trainer.run()
+        with _disk_errors_as_user_errors(paths):
+            trainer = Trainer(config, paths, tokenizer, corpus, val_data, device, reporter)
+            if resumed is not None:
+                _resume(trainer, config, reporter)
+            _banner(reporter, trainer, train_data, corpus)
+            signal_name = trainer.run()
     finally:
         reporter.close()
     if signal_name:

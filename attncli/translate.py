@@ -193,13 +193,14 @@ def translate_command(
     layer: int,
     head: int | None,
     device: str,
+    checkpoint: str = "best",
 ) -> None:
     """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
     failed = total = 0
     with contextlib.ExitStack() as stack:
         inputs, chunk_size = _open_inputs(texts, input_file, stack)
         run_dir = run if run is not None else find_latest_run(Path("runs")).root
-        trained = load_trained_model(run_dir, resolve_device(device))
+        trained = load_trained_model(run_dir, resolve_device(device), checkpoint)
         beam = beam or trained.config.decode.beam
         if nbest > beam:
             raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")

@@ -1,8 +1,15 @@
-"""Shared fixtures: a tiny model config, and the data folder the tests read corpora from."""
+"""Shared fixtures: a tiny model config, and a small parallel corpus the tests make themselves.
+
+The corpus is a toy English -> German-like language (a fixed word mapping and a fixed word
+order), so a tiny model's loss falls within a few updates, and every training test runs on a
+fresh clone with no data beside it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -14,7 +21,38 @@ REPO = Path(__file__).resolve().parents[1]
 # Tests never wait on the network: a data set that is not local fails at once.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-SHARED_DATA = REPO.parent / "shared" / "data"
+
+SUBJECTS = {"the man": "der Mann", "the woman": "die Frau", "a dog": "ein Hund",
+            "a child": "ein Kind", "the cat": "die Katze", "a girl": "ein Mädchen",
+            "a boy": "ein Junge", "the worker": "der Arbeiter"}
+VERBS = {"sees": "sieht", "holds": "hält", "finds": "findet", "paints": "malt",
+         "carries": "trägt", "likes": "mag"}
+OBJECTS = {"a red ball": "einen roten Ball", "the big house": "das große Haus",
+           "a small boat": "ein kleines Boot", "the green tree": "den grünen Baum",
+           "a white bike": "ein weißes Fahrrad", "the old car": "das alte Auto"}
+PLACES = {"": "", " in the park": " im Park", " on the street": " auf der Straße",
+          " at the beach": " am Strand", " in the snow": " im Schnee"}
+
+
+def toy_pairs(count: int, seed: int) -> list[dict[str, str]]:
+    """`count` en/de pairs of the toy language (subject verb object place)."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        parts = [rng.choice(list(words.items())) for words in (SUBJECTS, VERBS, OBJECTS, PLACES)]
+        en = " ".join(p[0] for p in parts[:3]) + parts[3][0] + "."
+        de = " ".join(p[1] for p in parts[:3]) + parts[3][1] + "."
+        pairs.append({"en": en[0].upper() + en[1:], "de": de[0].upper() + de[1:]})
+    return pairs
+
+
+def write_toy_corpus(folder: Path, sizes: dict[str, int]) -> Path:
+    """`folder`/<split>.jsonl for each split in `sizes` (different seeds, so splits differ)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed, (split, count) in enumerate(sizes.items()):
+        lines = [json.dumps(p, ensure_ascii=False) + "\n" for p in toy_pairs(count, seed)]
+        (folder / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +67,8 @@ def tiny_model_config() -> ModelConfig:
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """The corpora folder: $ATTNCLI_DATA_DIR, else ../shared/data beside the repo."""
-    path = Path(os.environ.get("ATTNCLI_DATA_DIR", SHARED_DATA))
-    if not (path / "multi30k" / "train.jsonl").is_file():
-        pytest.skip(f"no corpora at {path}; set ATTNCLI_DATA_DIR")
-    return path
+def data_dir(tmp_path_factory) -> Path:
+    """A data folder whose `multi30k` is the toy corpus (400 train, 40 val, 40 test pairs)."""
+    root = tmp_path_factory.mktemp("data")
+    write_toy_corpus(root / "multi30k", {"train": 400, "val": 40, "test": 40})
+    return root

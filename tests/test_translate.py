@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,18 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncli.checkpoint import build_model, save_weights
+from attncli.checkpoint import build_model, save_checkpoint
 from attncli.config import (
     Config,
     DataConfig,
     DecodeConfig,
     ModelConfig,
     TokenizerConfig,
+    model_fingerprint,
     save_config,
 )
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
 from attncli.runs import RunPaths
 from attncli.tokenizer import EOS_ID, train_tokenizer
+from attncli.train import make_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_POSITIONS = 64
@@ -58,7 +61,7 @@ def workdir(tmp_path_factory) -> Path:
     paths = RunPaths(root / "runs" / "tiny")
     paths.checkpoints.mkdir(parents=True)
     config = Config(
-        data=DataConfig(dataset="tiny", src="en", tgt="de"),
+        data=DataConfig(dataset="tiny", src="en", tgt="de", max_len=MAX_POSITIONS - 8),
         tokenizer=TokenizerConfig(type="bpe", vocab_size=60),
         model=ModelConfig(d_model=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64,
                           dropout=0.0, max_positions=MAX_POSITIONS),
@@ -67,7 +70,9 @@ def workdir(tmp_path_factory) -> Path:
     save_config(config, paths.config)
     tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths)
     torch.manual_seed(0)
-    save_weights(build_model(config, tokenizer), paths.weights("best"))
+    model = build_model(config, tokenizer)
+    save_checkpoint(paths, model, make_optimizer(model, config.train), {"step": 0},
+                    model_fingerprint(config.model), best_step=0, keep=1)
     return root
 
 
@@ -202,17 +207,20 @@ def test_layer_and_head_are_checked(workdir, run_dir, option, value, message):
 
 
 def _broken_run(workdir: Path, run_dir: Path, name: str, damage) -> Path:
-    """A copy of the run (config and tokenizer) whose best checkpoint `damage` spoils."""
+    """A copy of the run whose checkpoint weights `damage` spoils (it gets the path, the good
+    weights); without pointers.json when `damage` is None."""
     broken = workdir / "broken" / name
-    (broken / "checkpoints").mkdir(parents=True)
-    for item in ("config.yaml", "spm.model"):
-        (broken / item).write_bytes((run_dir / item).read_bytes())
-    damage(RunPaths(broken).weights("best"), (run_dir / "checkpoints" / "best.safetensors"))
+    shutil.copytree(run_dir, broken)
+    weights = broken / "checkpoints" / "step-0" / "model.safetensors"
+    if damage is None:
+        (broken / "checkpoints" / "pointers.json").unlink()
+    else:
+        damage(weights, (run_dir / "checkpoints" / "step-0" / "model.safetensors"))
     return broken
 
 
 @pytest.mark.parametrize("name, damage, message", [
-    ("no-checkpoint", lambda path, good: None, "no checkpoint yet"),
+    ("no-checkpoint", None, "no checkpoint yet"),
     ("truncated", lambda path, good: path.write_bytes(good.read_bytes()[:500]),
      "not a valid safetensors checkpoint"),
     ("pickle", lambda path, good: torch.save({"weight": torch.zeros(3)}, path),

@@ -1,0 +1,98 @@
+"""Crash-safe writes: a reader, or a resumed run, finds the old file or the new one, never half.
+
+A file is written under a temp name in its own folder, flushed to disk (fsync), renamed over its
+target, and the folder is fsynced so that the rename survives a power cut too. A folder of files
+(a checkpoint, a downloaded data set) is built the same way: written whole under a temp name,
+every file and the folder fsynced, then renamed into place in one step.
+
+This module imports nothing of attncli's, so every other module can use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# Names of temp files and folders start with this, so listings can tell them from real ones.
+TEMP_PREFIX = ".tmp-"
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's contents (for a folder: its entries) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that an interrupt leaves either the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def staged_folder(final: Path) -> Iterator[Path]:
+    """Yield an empty temp folder beside `final`; on success it becomes `final` in one rename.
+
+    Every file in it and the folder itself are fsynced before the rename, and the parent after
+    it. On any error (or a kill) `final` is untouched; the temp folder is removed on errors, and
+    a kill leaves a `.tmp-` folder that `remove_temp_entries` clears later. `final` must not
+    exist when the block ends.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f"{TEMP_PREFIX}{final.name}."))
+    try:
+        yield staging
+        for item in staging.iterdir():
+            fsync_path(item)
+        fsync_path(staging)
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_path(final.parent)
+
+
+def remove_folder(folder: Path) -> None:
+    """Delete a folder so that a kill midway leaves a `.tmp-` name, never a half-empty original."""
+    folder = Path(folder)
+    doomed = folder.with_name(f"{TEMP_PREFIX}{folder.name}.{os.urandom(4).hex()}.removing")
+    os.rename(folder, doomed)
+    shutil.rmtree(doomed)
+
+
+def remove_temp_entries(folder: Path) -> None:
+    """Clear what interrupted writes left in `folder` (temp files and folders)."""
+    for item in Path(folder).glob(f"{TEMP_PREFIX}*"):
+        if item.is_dir():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
