@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import random
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -205,14 +206,21 @@ def save_checkpoint(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Op
         atomic_write_json(paths.pointers, pointers)
     except (OSError, SafetensorError) as err:
         before = paths.read_pointers().get("last", "none")
-        raise AttncliError(
-            f"{paths.root}: could not save the checkpoint of step {step} "
-            f"({getattr(err, 'strerror', None) or str(err).splitlines()[0][:100]}); the "
-            f"previous checkpoint ({before}) is intact") from None
+        raise AttncliError(f"{paths.root}: could not save the checkpoint of step {step} "
+                           f"({_io_reason(err)}); the previous checkpoint ({before}) is intact"
+                           ) from None
     _phase("pointed", step)
     _prune(paths, keep)
     _phase("pruned", step)
     return paths.step_dir(step)
+
+
+def _io_reason(err: Exception) -> str:
+    """'File too large' from an OSError, or from safetensors' 'I/O error: ... (os error 27)'."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    found = re.search(r"I/O error: (.*?) \(os error \d+\)", str(err))
+    return found.group(1) if found else str(err).splitlines()[0][:100]
 
 
 def _clear_leftovers(paths: RunPaths) -> None:

@@ -104,26 +104,31 @@ def _download_from_hub(name: str, looked: list[str]) -> Path:
     if hub_id is None:
         raise AttncliError(f"data set {name!r} not found (looked in {', '.join(looked)}); "
                            f"{advice}, or name a Hub data set as owner/name")
-    try:
-        import datasets
-
-        remote = datasets.load_dataset(hub_id)
-    except Exception as err:  # network, auth, missing repo: all end the same way for the user
-        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise AttncliError(f"data set {name!r} not found locally (looked in {', '.join(looked)}) "
-                           f"and the Hub copy {hub_id} could not be loaded ({reason}); {advice}"
-                           ) from None
     target = Path("data") / name.replace("/", "__")
     if target.is_dir() and not any(target.iterdir()):
         target.rmdir()
     if target.exists():
         raise AttncliError(f"{target} exists but holds no data set (no train/val/test file); "
                            f"remove it to download {hub_id} again")
+    try:
+        _save_hub_copy(hub_id, target)
+    except Exception as err:  # network, auth, missing repo: all end the same way for the user
+        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise AttncliError(f"data set {name!r} not found locally (looked in {', '.join(looked)}) "
+                           f"and the Hub copy {hub_id} could not be loaded ({reason}); nothing "
+                           f"was kept; {advice}") from None
+    return target
+
+
+def _save_hub_copy(hub_id: str, target: Path) -> None:
+    """Download every split as JSON Lines into a temp folder that becomes `target` when done."""
+    import datasets
+
+    remote = datasets.load_dataset(hub_id)
     with staged_folder(target) as folder:
         for split, ds in remote.items():
             canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
             ds.to_json(str(folder / f"{canonical}.jsonl"), force_ascii=False)
-    return target
 
 
 def _check_utf8(path: Path) -> None:

@@ -34,21 +34,18 @@ from pathlib import Path
 def zero_bias(src: Path, dst: Path) -> None:
     """Copy run ``src`` to ``dst`` with ``output_bias`` zeroed in the weight files."""
     import torch
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     if dst.exists():
         raise SystemExit(f"{dst} exists; remove it first")
-    (dst / "checkpoints").mkdir(parents=True)
-    for name in ("config.yaml", "spm.model", "train.log", "metrics.jsonl"):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    for f in sorted((src / "checkpoints").iterdir()):
-        if f.name in ("best.safetensors", "last.safetensors"):
-            tensors = load_file(str(f))
-            tensors["output_bias"] = torch.zeros_like(tensors["output_bias"])
-            save_file(tensors, str(dst / "checkpoints" / f.name))
-        else:  # JSON state and optimizer weights as they are
-            shutil.copy2(f, dst / "checkpoints" / f.name)
+    shutil.copytree(src, dst)  # step folders, pointers, optimizer and state as they are
+    for weights in sorted((dst / "checkpoints").glob("*/model.safetensors")):
+        with safe_open(str(weights), framework="pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(str(weights))
+        tensors["output_bias"] = torch.zeros_like(tensors["output_bias"])
+        save_file(tensors, str(weights), metadata=metadata)
     print(f"wrote {dst}")
 
 
@@ -124,7 +121,9 @@ def to_joey(run: Path, out: Path, anchor: Path, test_prefix: str) -> None:
     from joeynmt.model import build_model
     from joeynmt.vocabulary import Vocabulary
 
-    ours = _read_safetensors(run / "checkpoints" / "best.safetensors")
+    pointers = json.loads((run / "checkpoints" / "pointers.json").read_text())
+    ours = _read_safetensors(run / "checkpoints" / pointers.get("best", pointers["last"])
+                             / "model.safetensors")
     if float(ours["output_bias"].abs().max()) != 0.0:
         raise SystemExit(f"{run}: output_bias is not zero (JoeyNMT has none); run zero-bias")
     model_cfg = yaml.safe_load((run / "config.yaml").read_text())["model"]

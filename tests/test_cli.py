@@ -15,16 +15,16 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_help_lists_the_four_commands():
+def test_help_lists_every_command():
     out = _cli("--help")
     assert out.returncode == 0
-    for command in ("train", "eval", "translate", "bench"):
+    for command in ("train", "eval", "translate", "bench", "average"):
         assert command in out.stdout
 
 
 @pytest.mark.parametrize("command, option", [
-    ("train", "--resume"), ("eval", "--split"), ("translate", "--attention-png"),
-    ("bench", "--suite"),
+    ("train", "--resume"), ("eval", "--checkpoint"), ("translate", "--checkpoint"),
+    ("bench", "--suite"), ("average", "--last"),
 ])
 def test_each_command_has_help_with_its_options(command, option):
     out = _cli(command, "--help")

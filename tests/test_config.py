@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from attncli.config import Config, load_config
+from attncli.config import (
+    Config,
+    check_resume_changes,
+    load_config,
+    model_fingerprint,
+    parse_config,
+)
 from attncli.errors import AttncliError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,3 +117,18 @@ def test_pad_multiple_auto_depends_on_device_and_precision():
     assert resolve_pad_multiple(4, cpu, "fp32") == 4
     assert load_config(REPO / "configs" / "small.yaml", ["train.pad_multiple=2"]).train \
         .pad_multiple == 2
+
+
+def test_resume_accepts_what_the_saved_state_can_honour():
+    saved = parse_config({})
+    wanted = parse_config({"train": {"max_steps": 9, "lr": 0.01, "betas": [0.8, 0.9],
+                                     "eval_every": 7, "patience": 2},
+                           "model": {"dropout": 0.3}, "data": {"valid_limit": 5},
+                           "decode": {"beam": 2, "length_penalty": 0.6}})
+    check_resume_changes(saved, wanted, "runs/x")  # no error
+
+
+def test_model_fingerprint_follows_the_weights_shape_only():
+    base = parse_config({}).model
+    assert model_fingerprint(base) == model_fingerprint(base.model_copy(update={"dropout": 0.3}))
+    assert model_fingerprint(base) != model_fingerprint(base.model_copy(update={"ff_dim": 512}))

@@ -1,0 +1,307 @@
+"""A user's run survives faults: killed saves, refused resumes, bad weights, NaN, a full disk.
+
+Every test trains the tiny config on the toy corpus (see conftest.py); the kills and the
+file-size limit use real subprocesses, since neither can be faked inside the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import (
+    REPO,
+    SMALL,
+    assert_one_line_error,
+    losses,
+    metrics,
+    pointers,
+    resume,
+    run_cli,
+    train,
+    train_args,
+)
+from safetensors.torch import load_file, save_file
+
+from attncli.checkpoint import KILL_AT_ENV, SAVE_PHASES
+from attncli.model.transformer import Seq2SeqTransformer
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data_dir) -> Path:
+    """`straight`: 6 updates, a step folder every 2 (steps 2, 4, 6 kept)."""
+    root = tmp_path_factory.mktemp("ckpt-runs")
+    result = train(data_dir, root, SMALL, "--name", "straight",
+                   sets=["train.max_steps=6", "train.save_every=2"])
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def _copy(runs: Path, name: str) -> Path:
+    target = runs / name
+    shutil.copytree(runs / "straight", target)
+    return target
+
+
+def _cut_back(run: Path, step: int) -> None:
+    """Make `run` look as if it had last saved at `step` (what a kill leaves behind)."""
+    (run / "checkpoints" / "pointers.json").write_text(json.dumps({"last": f"step-{step}"}))
+
+
+def _subprocess_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+# --------------------------------------------------------------------------------------------
+# A kill inside a save
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase", SAVE_PHASES)
+def test_a_kill_at_any_phase_of_a_save_resumes_exactly(runs, data_dir, tmp_path, phase):
+    args = train_args(SMALL, "--name", "killed", runs=tmp_path,
+                      sets=["train.max_steps=6", "train.save_every=2"])
+    killed = subprocess.run([sys.executable, "-m", "attncli", *args], capture_output=True,
+                            text=True, timeout=600, cwd=tmp_path,
+                            env=_subprocess_env(data_dir, **{KILL_AT_ENV: f"{phase}@4"}))
+    assert killed.returncode == -9, killed.stderr
+    run = tmp_path / "killed"
+    saved = 4 if phase in ("pointed", "pruned") else 2
+    assert pointers(run)["last"] == f"step-{saved}"
+    result = resume(data_dir, run, "train.max_steps=6")
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-6)
+    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]
+    assert [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")] == []
+    assert f"resumed {run} from step-{saved}" in (run / "train.log").read_text()
+
+
+def test_a_run_killed_before_its_first_save_cannot_resume(data_dir, tmp_path):
+    (tmp_path / "fresh" / "checkpoints").mkdir(parents=True)
+    shutil.copy(REPO / "configs" / "small.yaml", tmp_path / "fresh" / "config.yaml")
+    assert_one_line_error(resume(data_dir, tmp_path / "fresh"), "no checkpoint saved yet")
+
+
+# --------------------------------------------------------------------------------------------
+# What a resume refuses, and what it applies
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, why", [
+    ("model.heads=4", "changes the model"),
+    ("model.ff_dim=32", "changes the model"),
+    ("tokenizer.vocab_size=300", "changes the tokenizer"),
+    ("data.train_limit=300", "changes the training data"),
+    ("data.max_len=50", "changes the training data"),
+    ("train.seed=7", "changes the data order"),
+    ("train.batch_tokens=500", "changes the data order"),
+    ("train.accum_steps=2", "changes the data order"),
+])
+def test_resume_refuses_what_it_cannot_honour(runs, data_dir, change, why):
+    run = runs / "straight"
+    before = {name: (run / name).read_bytes() for name in ("config.yaml", "metrics.jsonl")}
+    result = resume(data_dir, run, change, "train.max_steps=8")
+    assert_one_line_error(result, f"{change.split('=')[0]} cannot change when resuming")
+    assert why in result.stderr and "max_steps" in result.stderr.split("May change:")[1]
+    assert {name: (run / name).read_bytes() for name in before} == before
+
+
+def test_allowed_optimizer_changes_are_applied_not_overwritten(runs, data_dir):
+    run = _copy(runs, "betas")
+    result = resume(data_dir, run, "train.max_steps=8", "train.betas=[0.8, 0.9]",
+                    "train.weight_decay=0.01")
+    assert result.returncode == 0, result.stderr
+    state = json.loads((run / "checkpoints" / "step-8" / "state.json").read_text())
+    groups = state["optimizer"]["param_groups"]
+    assert [g["betas"] for g in groups] == [[0.8, 0.9], [0.8, 0.9]]
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+    assert "- 0.8" in (run / "config.yaml").read_text()
+
+
+def test_weights_load_strictly(runs, data_dir):
+    run = _copy(runs, "strict")
+    weights = run / "checkpoints" / "step-6" / "model.safetensors"
+    tensors = load_file(weights)
+    dropped = sorted(tensors)[-1]
+    del tensors[dropped]
+    with open(weights, "rb") as f:  # keep the metadata: only the tensors are wrong
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    save_file(tensors, weights, metadata=header["__metadata__"])
+    assert_one_line_error(resume(data_dir, run, "train.max_steps=8"), "does not match")
+    out = run_cli("translate", "--run", str(run), "--checkpoint", "last", "A dog.")
+    assert_one_line_error(out, dropped)
+
+
+def test_files_from_different_saves_are_refused(runs, data_dir):
+    run = _copy(runs, "mixed")
+    checkpoints = run / "checkpoints"
+    shutil.copy(checkpoints / "step-4" / "optimizer.safetensors",
+                checkpoints / "step-6" / "optimizer.safetensors")
+    assert_one_line_error(resume(data_dir, run, "train.max_steps=8"),
+                          "files from different saves")
+
+
+def test_metrics_past_the_checkpoint_are_dropped_on_resume(runs, data_dir):
+    run = _copy(runs, "replay")
+    _cut_back(run, 4)  # as if killed after step 6 was logged but before it was saved
+    result = resume(data_dir, run, "train.max_steps=6")
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-6)
+    val_steps = [r["step"] for r in metrics(run) if r["event"] == "val"]
+    assert val_steps == [6]
+    assert "3 metric events past it dropped" in (run / "train.log").read_text()
+
+
+def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
+    run = _copy(runs, "done")
+    assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
+
+
+# --------------------------------------------------------------------------------------------
+# Step folders: how many are kept, and averaging them
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_newest_step_folders_and_the_best_are_kept(data_dir, tmp_path):
+    result = train(data_dir, tmp_path, SMALL, "--name", "keep",
+                   sets=["train.max_steps=7", "train.save_every=1", "train.eval_every=2",
+                         "train.keep_checkpoints=2"])
+    assert result.returncode == 0, result.stderr
+    checkpoints = tmp_path / "keep" / "checkpoints"
+    best = pointers(tmp_path / "keep")["best"]
+    val = [r for r in metrics(tmp_path / "keep") if r["event"] == "val"]
+    best_val = max(val, key=lambda r: (r["val_bleu"], -r["step"]))
+    assert best == f"step-{best_val['step']}"  # the first of the highest BLEU
+    kept = {p.name for p in checkpoints.iterdir() if p.is_dir()}
+    assert kept == {"step-6", "step-7", best}
+
+
+def test_average_writes_the_mean_that_eval_and_translate_can_use(runs, data_dir):
+    run = _copy(runs, "averaged")
+    out = run_cli("average", str(run), "--last", "2")
+    assert out.returncode == 0, out.stderr
+    folder = run / "checkpoints"
+    step4, step6 = (load_file(folder / f"step-{s}" / "model.safetensors") for s in (4, 6))
+    averaged = load_file(folder / "averaged" / "model.safetensors")
+    assert averaged.keys() == step6.keys()
+    for name, tensor in averaged.items():
+        assert torch.allclose(tensor, step4[name] * 0.5 + step6[name] * 0.5, atol=1e-7), name
+    assert not torch.equal(averaged["output_bias"], step6["output_bias"])
+    scored = run_cli("eval", str(run), "--checkpoint", "averaged", "--beam", "1", "--json",
+                     data_dir=data_dir)
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout)["checkpoint"] == "averaged"
+    for name in ("averaged", "step-4", "last", "best"):
+        said = run_cli("translate", "--run", str(run), "--checkpoint", name, "A dog.")
+        assert said.returncode == 0, said.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["average", "{run}", "--last", "4"], "--last 4 needs 4 step folders, the run has 3"),
+    (["translate", "--run", "{run}", "--checkpoint", "step-5", "A dog."],
+     "no checkpoint 'step-5' (this run has: last, best, step-2, step-4, step-6)"),
+    (["eval", "{run}", "--checkpoint", "averaged"], "no checkpoint 'averaged'"),
+])
+def test_checkpoint_choices_that_do_not_exist(runs, args, expected):
+    run = str(runs / "straight")
+    assert_one_line_error(run_cli(*(a.format(run=run) for a in args)), expected)
+
+
+# --------------------------------------------------------------------------------------------
+# Non-finite updates
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nan_at(monkeypatch):
+    """nan_at(attempts): the training loss is NaN at those update attempts (1-based)."""
+    attempts = {"n": 0}
+    real = Seq2SeqTransformer.summed_loss
+
+    def install(bad: set[int]) -> None:
+        def summed_loss(self, *args, **kwargs):
+            loss = real(self, *args, **kwargs)
+            if not self.training:
+                return loss
+            attempts["n"] += 1
+            return loss * float("nan") if attempts["n"] in bad else loss
+
+        monkeypatch.setattr(Seq2SeqTransformer, "summed_loss", summed_loss)
+
+    return install
+
+
+def test_a_non_finite_update_is_skipped_and_logged(data_dir, tmp_path, nan_at):
+    nan_at({3})
+    result = train(data_dir, tmp_path, SMALL, "--name", "nan", sets=["train.max_steps=6"])
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "nan"
+    skipped = [r for r in metrics(run) if r["event"] == "skipped"]
+    assert [r["step"] for r in skipped] == [3] and "nan" in skipped[0]["reason"]
+    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]
+    state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
+    assert state["batch_index"] == 7  # the skipped batch was consumed
+    weights = load_file(run / "checkpoints" / "step-6" / "model.safetensors")
+    assert all(bool(torch.isfinite(t).all()) for t in weights.values())
+
+
+def test_non_finite_updates_in_a_row_stop_the_run_and_keep_the_last_checkpoint(
+        data_dir, tmp_path, nan_at):
+    nan_at(set(range(5, 100)))
+    result = train(data_dir, tmp_path, SMALL, "--name", "nan",
+                   sets=["train.max_steps=8", "train.save_every=2",
+                         "train.max_nonfinite_updates=3"])
+    assert_one_line_error(result, "3 non-finite updates in a row")
+    run = tmp_path / "nan"
+    assert "the last checkpoint (step-4) is intact" in result.stderr
+    assert pointers(run)["last"] == "step-4"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "pointers.json", "step-2", "step-4"]
+    nan_at(set())
+    again = resume(data_dir, run, "train.max_steps=6")
+    assert again.returncode == 0, again.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The disk
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_file_size_limit_while_saving_keeps_the_previous_checkpoint(runs, data_dir):
+    run = _copy(runs, "full")
+    _cut_back(run, 2)
+    limit = (run / "checkpoints" / "step-2" / "model.safetensors").stat().st_size - 1
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "attncli", "train", "--resume", str(run),
+         "--set", "train.max_steps=4", "--set", "train.save_every=3"],
+        capture_output=True, text=True, timeout=600, preexec_fn=small_files,
+        env=_subprocess_env(data_dir))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "could not save the checkpoint of step 3 (File too large)" in done.stderr
+    assert "the previous checkpoint (step-2) is intact" in done.stderr
+    assert pointers(run)["last"] == "step-2"
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
+    result = resume(data_dir, run, "train.max_steps=6")
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-6)
+
+
+def test_an_unwritable_runs_dir_is_an_error_before_any_work(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_cli("train", SMALL, "--runs-dir", str(blocker / "runs"),
+                     "--set", "data.dataset=no-such-corpus")
+    assert_one_line_error(result, "cannot write run folders here")

@@ -1,0 +1,114 @@
+"""Data that would silently spoil a run is refused: a single file standing in for every split,
+lengths the positions cannot hold, a Hub download that stopped halfway."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import toy_pairs
+from helpers import SMALL, assert_one_line_error, run_cli, train
+
+from attncli.config import DataConfig, parse_config
+from attncli.data import load_split, resolve_dataset
+from attncli.errors import AttncliError
+
+
+def _jsonl(path: Path, count: int, seed: int) -> Path:
+    path.write_text("".join(json.dumps(p) + "\n" for p in toy_pairs(count, seed)), "utf-8")
+    return path
+
+
+def test_a_single_training_file_needs_its_own_val_and_test(data_dir, tmp_path):
+    pairs = _jsonl(tmp_path / "pairs.jsonl", 300, 11)
+    result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.dataset={pairs}"])
+    assert_one_line_error(result, "a single file is training data only")
+    assert "data.val" in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_single_training_file_with_val_and_test_from_elsewhere(data_dir, tmp_path):
+    pairs = _jsonl(tmp_path / "pairs.jsonl", 300, 11)
+    dev, test = _jsonl(tmp_path / "dev.jsonl", 20, 12), _jsonl(tmp_path / "test.jsonl", 30, 13)
+    result = train(data_dir, tmp_path / "runs", SMALL, "--name", "one-file",
+                   sets=[f"data.dataset={pairs}", f"data.val={dev}", f"data.test={test}",
+                         "train.max_steps=1"])
+    assert result.returncode == 0, result.stderr
+    scored = run_cli("eval", str(tmp_path / "runs" / "one-file"), "--beam", "1", "--json")
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout)["sentences"] == 30
+    assert json.loads(scored.stdout)["data"] == str(test)
+    other = run_cli("eval", str(tmp_path / "runs" / "one-file"), "--beam", "1", "--json",
+                    "--data", str(dev))
+    assert json.loads(other.stdout)["sentences"] == 20
+
+
+def test_a_single_file_has_no_val_split_of_its_own(tmp_path):
+    pairs = _jsonl(tmp_path / "pairs.jsonl", 10, 1)
+    with pytest.raises(AttncliError, match="a single file has no val split"):
+        load_split(DataConfig(dataset=str(pairs)), "val")
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["data.max_len=300"], "data.max_len (300, padded to a multiple of 8: 304) exceeds "
+                           "model.max_positions (256); lower data.max_len to 256"),
+    (["data.max_len=250", "model.max_positions=250"], "padded to a multiple of 8: 256"),
+])
+def test_max_len_is_checked_against_the_positions_when_the_config_is_read(sets, message):
+    args = ["train", SMALL]
+    for item in sets:
+        args += ["--set", item]
+    assert_one_line_error(run_cli(*args), message)
+
+
+def test_max_len_fits_exactly_without_padding():
+    config = parse_config({"data": {"max_len": 250}, "model": {"max_positions": 250},
+                           "train": {"pad_multiple": 1}})
+    assert config.data.max_len == 250
+
+
+class _FakeSplit:
+    """A Hub split that writes its rows, or stops halfway like a dropped connection."""
+
+    def __init__(self, rows: list[dict], fails: bool = False):
+        self.rows, self.fails = rows, fails
+
+    def to_json(self, path: str, force_ascii: bool = False) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(self.rows[0]) + "\n")
+            if self.fails:
+                raise ConnectionError("connection reset while downloading")
+            f.writelines(json.dumps(r) + "\n" for r in self.rows[1:])
+
+
+def test_an_interrupted_hub_download_never_passes_for_a_data_set(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
+    rows = toy_pairs(5, 3)
+
+    def broken(name: str):
+        return {"train": _FakeSplit(rows), "validation": _FakeSplit(rows, fails=True)}
+
+    monkeypatch.setattr(datasets, "load_dataset", broken)
+    with pytest.raises(AttncliError, match="connection reset while downloading"):
+        resolve_dataset("someone/pairs")
+    assert list((tmp_path / "data").iterdir()) == []  # no partial data set, no temp folder
+
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda name: {"train": _FakeSplit(rows), "validation": _FakeSplit(rows)})
+    folder = resolve_dataset("someone/pairs")
+    assert folder == Path("data/someone__pairs")
+    assert sorted(p.name for p in folder.iterdir()) == ["train.jsonl", "val.jsonl"]
+    assert len((folder / "val.jsonl").read_text().splitlines()) == 5
+
+
+def test_a_folder_without_split_files_is_not_a_data_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
+    (tmp_path / "data" / "notes").mkdir(parents=True)
+    (tmp_path / "data" / "notes" / "README.md").write_text("to do: download")
+    with pytest.raises(AttncliError, match="data set 'notes' not found"):
+        resolve_dataset("notes")
