@@ -263,6 +263,10 @@ def checkpoint_names(paths: RunPaths) -> list[str]:
 def checkpoint_dir(paths: RunPaths, name: str) -> Path:
     """The folder `name` means: 'last', 'best' (falls back to last), 'averaged' or 'step-N'."""
     pointers = paths.read_pointers()
+    if not pointers and (paths.checkpoints / "last.safetensors").is_file():
+        raise AttncliError(f"{paths.root}: checkpoints in attncli 0.1's layout "
+                           "(checkpoints/last.*), which this version no longer reads; train the "
+                           "run again, or use attncli 0.1 for it")
     if not pointers:
         raise AttncliError(f"{paths.root}: no checkpoint yet")
     if name in ("last", "best"):

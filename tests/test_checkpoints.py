@@ -305,3 +305,13 @@ def test_an_unwritable_runs_dir_is_an_error_before_any_work(tmp_path):
     result = run_cli("train", SMALL, "--runs-dir", str(blocker / "runs"),
                      "--set", "data.dataset=no-such-corpus")
     assert_one_line_error(result, "cannot write run folders here")
+
+
+def test_a_run_in_the_old_layout_is_named_as_such(runs, tmp_path):
+    old = tmp_path / "old"
+    (old / "checkpoints").mkdir(parents=True)
+    shutil.copy(runs / "straight" / "config.yaml", old / "config.yaml")
+    shutil.copy(runs / "straight" / "checkpoints" / "step-6" / "model.safetensors",
+                old / "checkpoints" / "last.safetensors")
+    assert_one_line_error(run_cli("translate", "--run", str(old), "A dog."),
+                          "checkpoints in attncli 0.1's layout")
