@@ -89,9 +89,9 @@ def remove_folder(folder: Path) -> None:
     shutil.rmtree(doomed)
 
 
-def remove_temp_entries(folder: Path) -> None:
-    """Clear what interrupted writes left in `folder` (temp files and folders)."""
-    for item in Path(folder).glob(f"{TEMP_PREFIX}*"):
+def remove_temp_entries(folder: Path, name: str = "*") -> None:
+    """Clear what interrupted writes of `name` (a glob) left in `folder`."""
+    for item in Path(folder).glob(f"{TEMP_PREFIX}{name}"):
         if item.is_dir():
             shutil.rmtree(item, ignore_errors=True)
         else:

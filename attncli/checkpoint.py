@@ -224,9 +224,13 @@ def _io_reason(err: Exception) -> str:
 
 
 def _clear_leftovers(paths: RunPaths) -> None:
-    """Remove what a killed save left: temp folders, and step folders newer than `last`."""
+    """Remove what a killed save left: temp folders, and step folders newer than `last`.
+
+    Only a save's own temp names: an `attncli average` may be writing beside a running training.
+    """
     paths.checkpoints.mkdir(parents=True, exist_ok=True)
-    remove_temp_entries(paths.checkpoints)
+    for name in ("step-*", f"{paths.pointers.name}.*"):
+        remove_temp_entries(paths.checkpoints, name)
     last = _pointed_step(paths, "last")
     for step, folder in paths.step_dirs().items():
         if last is None or step > last:
@@ -350,6 +354,7 @@ def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
     if len(fingerprints) != 1:
         raise AttncliError(f"{paths.root}: step folders {steps} hold different model configs")
     mean = {name: (t / len(steps)).float().contiguous() for name, t in total.items()}
+    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed average's
     meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprints.pop(),
             "averaged_steps": ",".join(map(str, steps))}
     if paths.averaged.exists():
