@@ -39,6 +39,8 @@ class _Section(BaseModel):
 
 class DataConfig(_Section):
     dataset: str = Field("multi30k", description="Data set name, local folder/file, or Hub id.")
+    subset: str | None = Field(
+        None, description="The Hub's configuration name, e.g. de-en for wmt14 (null: none).")
     src: str = Field("en", description="Source language key.")
     tgt: str = Field("de", description="Target language key.")
     max_len: int = Field(100, ge=1, description="Pairs longer than this (subwords) are dropped.")

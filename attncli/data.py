@@ -5,10 +5,15 @@ Where a name is looked up, in order:
 1. an explicit path (a folder of split files, or one file);
 2. ``$ATTNCLI_DATA_DIR/<name>``;
 3. ``./data/<name>``;
-4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``; ``owner/name`` is passed
-   through). A Hub download is saved as JSON Lines under ``./data/<name>`` so the next run
-   works offline; it is written to a temp folder and renamed only once every split is complete,
-   so an interrupted download never passes for a data set.
+4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``, ``wmt14`` ``wmt/wmt14``;
+   ``owner/name`` is passed through), with ``data.subset`` as the Hub's configuration name
+   (``de-en``). A Hub download is saved as JSON Lines under ``./data/<name>[/<subset>]`` so the
+   next run works offline; it is written to a temp folder and renamed only once every split is
+   complete, so an interrupted download never passes for a data set.
+
+With ``data.subset``, a local data set folder holds one folder per subset (``wmt14/de-en/``).
+Rows are either flat (``{"en": ..., "de": ...}``) or in the Hub's translation layout
+(``{"translation": {"de": ..., "en": ...}}``).
 
 A folder counts as a data set only when it holds a split file. A single file is one split: it
 can be the training data when ``data.val`` and ``data.test`` name the validation and test data,
@@ -29,7 +34,8 @@ from attncli.atomic import staged_folder
 from attncli.config import DataConfig
 from attncli.errors import AttncliError
 
-HUB_ALIASES = {"multi30k": "bentrevett/multi30k"}
+HUB_ALIASES = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16",
+               "iwslt2017": "IWSLT/iwslt2017", "opus_books": "Helsinki-NLP/opus_books"}
 SPLIT_NAMES = {
     "train": ("train",),
     "val": ("val", "valid", "validation", "dev"),
@@ -76,19 +82,28 @@ def _has_split_file(folder: Path) -> bool:
     return any(item.is_file() and item.name.split(".")[0] in stems for item in folder.iterdir())
 
 
-def resolve_dataset(name: str) -> Path:
+def resolve_dataset(name: str, subset: str | None = None) -> Path:
     """A local folder or file holding the data set, downloading it from the Hub if needed."""
     looked = []
     for candidate in _local_candidates(name):
-        looked.append(str(candidate))
-        if candidate.is_file() or (candidate.is_dir() and _has_split_file(candidate)):
+        if candidate.is_file():
             return candidate
-    return _download_from_hub(name, looked)
+        folder = candidate / subset if subset else candidate
+        looked.append(str(folder))
+        if folder.is_dir() and _has_split_file(folder):
+            return folder
+    named = Path(name)
+    if subset and named.is_dir():  # a folder the user named: no Hub download to fall back on
+        have = [item.name for item in sorted(named.iterdir())
+                if item.is_dir() and _has_split_file(item)]
+        raise AttncliError(f"{named}: no subset {subset!r} (data.subset; it has: "
+                           f"{', '.join(have) or 'none'})")
+    return _download_from_hub(name, subset, looked)
 
 
 def check_training_sources(cfg: DataConfig) -> None:
     """A single-file training set needs data.val and data.test from elsewhere."""
-    location = resolve_dataset(cfg.dataset)
+    location = resolve_dataset(cfg.dataset, cfg.subset)
     missing = [key for key in ("val", "test") if getattr(cfg, key) is None]
     if location.is_file() and missing:
         raise AttncliError(
@@ -97,34 +112,35 @@ def check_training_sources(cfg: DataConfig) -> None:
             f"train.jsonl, val.jsonl and test.jsonl in one folder and name that")
 
 
-def _download_from_hub(name: str, looked: list[str]) -> Path:
+def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path:
     hub_id = HUB_ALIASES.get(name, name if "/" in name else None)
     advice = (f"put {name}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "
               f"ATTNCLI_DATA_DIR to it")
     if hub_id is None:
         raise AttncliError(f"data set {name!r} not found (looked in {', '.join(looked)}); "
                            f"{advice}, or name a Hub data set as owner/name")
-    target = Path("data") / name.replace("/", "__")
+    label = f"{hub_id} ({subset})" if subset else hub_id
+    target = Path("data") / name.replace("/", "__") / (subset or "")
     if target.is_dir() and not any(target.iterdir()):
         target.rmdir()
     if target.exists():
         raise AttncliError(f"{target} exists but holds no data set (no train/val/test file); "
-                           f"remove it to download {hub_id} again")
+                           f"remove it to download {label} again")
     try:
-        _save_hub_copy(hub_id, target)
-    except Exception as err:  # network, auth, missing repo: all end the same way for the user
-        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        _save_hub_copy(hub_id, subset, target)
+    except Exception as err:  # network, auth, missing repo or subset: all end the same way
+        reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise AttncliError(f"data set {name!r} not found locally (looked in {', '.join(looked)}) "
-                           f"and the Hub copy {hub_id} could not be loaded ({reason}); nothing "
+                           f"and the Hub copy {label} could not be loaded ({reason}); nothing "
                            f"was kept; {advice}") from None
     return target
 
 
-def _save_hub_copy(hub_id: str, target: Path) -> None:
+def _save_hub_copy(hub_id: str, subset: str | None, target: Path) -> None:
     """Download every split as JSON Lines into a temp folder that becomes `target` when done."""
     import datasets
 
-    remote = datasets.load_dataset(hub_id)
+    remote = datasets.load_dataset(hub_id, subset)
     with staged_folder(target) as folder:
         for split, ds in remote.items():
             canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
@@ -167,11 +183,7 @@ def _load_columns(location: Path, split: str, src: str, tgt: str) -> tuple[list,
                                        split="train", quoting=3, keep_default_na=False)
         else:
             ds = datasets.load_dataset("json", data_files=str(table_file), split="train")
-        missing = [lang for lang in (src, tgt) if lang not in ds.column_names]
-        if missing:
-            raise AttncliError(f"{table_file}: no language {missing[0]!r} in this data set "
-                               f"(it has: {', '.join(ds.column_names)})")
-        return ds[src], ds[tgt]
+        return _language_columns(ds, table_file, src, tgt)
     text_files = [_split_file(folder, split, (f".{lang}",)) for lang in (src, tgt)]
     if all(text_files):
         columns = []
@@ -189,6 +201,19 @@ def _load_columns(location: Path, split: str, src: str, tgt: str) -> tuple[list,
                        f"{split}.tsv or {split}.{src} + {split}.{tgt}; found {', '.join(found)})")
 
 
+def _language_columns(ds, source: Path, src: str, tgt: str) -> tuple[list, list]:
+    """The two languages' columns, from flat rows or the Hub's nested `translation` dicts."""
+    prefix = ""
+    if "translation" in ds.column_names and not {src, tgt} <= set(ds.column_names):
+        ds, prefix = ds.flatten(), "translation."  # Arrow struct -> translation.<lang> columns
+    have = [c.removeprefix(prefix) for c in ds.column_names if c.startswith(prefix)]
+    missing = [lang for lang in (src, tgt) if lang not in have]
+    if missing:
+        raise AttncliError(f"{source}: no language {missing[0]!r} in this data set "
+                           f"(it has: {', '.join(have)})")
+    return ds[prefix + src], ds[prefix + tgt]
+
+
 def load_split(cfg: DataConfig, split: str) -> ParallelText:
     """One split of the configured data set; empty and whitespace-only pairs are dropped.
 
@@ -196,7 +221,7 @@ def load_split(cfg: DataConfig, split: str) -> ParallelText:
     """
     own_source = {"val": cfg.val, "test": cfg.test}.get(split)
     name = own_source or cfg.dataset
-    location = resolve_dataset(name)
+    location = resolve_dataset(name, None if own_source else cfg.subset)
     if location.is_file() and own_source is None and split != "train":
         raise AttncliError(f"{location}: a single file has no {split} split; set data.{split} "
                            f"to the {split} data (or, for eval, pass --data FILE)")

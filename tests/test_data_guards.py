@@ -89,7 +89,7 @@ def test_an_interrupted_hub_download_never_passes_for_a_data_set(tmp_path, monke
     monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
     rows = toy_pairs(5, 3)
 
-    def broken(name: str):
+    def broken(name: str, subset: str | None = None):
         return {"train": _FakeSplit(rows), "validation": _FakeSplit(rows, fails=True)}
 
     monkeypatch.setattr(datasets, "load_dataset", broken)
@@ -98,7 +98,8 @@ def test_an_interrupted_hub_download_never_passes_for_a_data_set(tmp_path, monke
     assert list((tmp_path / "data").iterdir()) == []  # no partial data set, no temp folder
 
     monkeypatch.setattr(datasets, "load_dataset",
-                        lambda name: {"train": _FakeSplit(rows), "validation": _FakeSplit(rows)})
+                        lambda name, subset=None: {"train": _FakeSplit(rows),
+                                                   "validation": _FakeSplit(rows)})
     folder = resolve_dataset("someone/pairs")
     assert folder == Path("data/someone__pairs")
     assert sorted(p.name for p in folder.iterdir()) == ["train.jsonl", "val.jsonl"]
