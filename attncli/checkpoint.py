@@ -354,7 +354,7 @@ def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
     if len(fingerprints) != 1:
         raise AttncliError(f"{paths.root}: step folders {steps} hold different model configs")
     mean = {name: (t / len(steps)).float().contiguous() for name, t in total.items()}
-    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed average's
+    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed average left
     meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprints.pop(),
             "averaged_steps": ",".join(map(str, steps))}
     if paths.averaged.exists():

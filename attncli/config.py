@@ -68,6 +68,9 @@ class TokenizerConfig(_Section):
     model_file: str | None = Field(
         None, description="Use this trained joint SentencePiece model instead of training one."
     )
+    normalization: Literal["auto", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"] = (
+        Field("auto", description="SentencePiece text normalization; auto keeps zh/ja/ko "
+                                  "full-width punctuation (identity), else nmt_nfkc."))
 
     @model_validator(mode="after")
     def _model_file_is_joint(self) -> TokenizerConfig:

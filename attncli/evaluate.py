@@ -23,7 +23,7 @@ from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.search import Hypothesis, translate_ids
-from attncli.tokenizer import EOS_ID, Tokenizer
+from attncli.tokenizer import EOS_ID, Tokenizer, base_language
 
 # Positions kept free when a long source is cut: the model never saw sources near the limit,
 # and a few spare positions cost nothing.
@@ -45,8 +45,7 @@ def bleu_tokenizer(tgt_lang: str) -> str:
     """
     from sacrebleu.metrics import BLEU
 
-    lang = tgt_lang.lower().replace("_", "-").split("-")[0]
-    for name in _CJK_TOKENIZERS.get(lang, ("13a",)):
+    for name in _CJK_TOKENIZERS.get(base_language(tgt_lang), ("13a",)):
         try:
             BLEU(tokenize=name)
         except (ImportError, RuntimeError):

@@ -18,6 +18,27 @@ from attncli.errors import AttncliError
 from attncli.runs import RunPaths
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+# Languages written with full-width punctuation (，。！？), which NFKC would turn into ASCII.
+FULL_WIDTH_PUNCTUATION = {"zh", "ja", "ko"}
+
+
+def base_language(code: str) -> str:
+    """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt'."""
+    return code.lower().replace("_", "-").split("-")[0]
+
+
+def normalization_rule(setting: str, languages: Sequence[str]) -> str:
+    """The SentencePiece normalization for a model of `languages` ('auto' resolved).
+
+    Why: SentencePiece's default, nmt_nfkc, maps full-width punctuation to ASCII, so a model
+    trained on Chinese targets writes `,` `?` `!` where the references have `，` `？` `！`.
+    `identity` keeps the text as written (whitespace is still collapsed).
+    """
+    if setting != "auto":
+        return setting
+    if FULL_WIDTH_PUNCTUATION & {base_language(lang) for lang in languages}:
+        return "identity"
+    return "nmt_nfkc"
 
 
 class Tokenizer:
@@ -58,14 +79,15 @@ class Tokenizer:
         return [self.tgt.id_to_piece(int(i)) for i in ids]
 
 
-def _train_one(texts: Iterable[str], cfg: TokenizerConfig, vocab_size: int) -> bytes:
+def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[str]) -> bytes:
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts),
             model_writer=model,
             model_type=cfg.type,
-            vocab_size=vocab_size,
+            vocab_size=cfg.vocab_size,
+            normalization_rule_name=normalization_rule(cfg.normalization, languages),
             character_coverage=cfg.character_coverage,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             input_sentence_size=2_000_000,
@@ -80,8 +102,10 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, vocab_size: int) -> b
 
 
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
-                    paths: RunPaths) -> Tokenizer:
+                    paths: RunPaths, languages: tuple[str, str]) -> Tokenizer:
     """Train the model(s) on the training split and save them into the run folder.
+
+    `languages` (source, target) choose the normalization when it is `auto`.
 
     With `tokenizer.model_file` the given model is checked and copied instead of training one.
     """
@@ -90,10 +114,10 @@ def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: S
         atomic_write_bytes(paths.spm_model(), Path(cfg.model_file).read_bytes())
     elif cfg.joint:
         atomic_write_bytes(paths.spm_model(), _train_one([*src_texts, *tgt_texts], cfg,
-                                                         cfg.vocab_size))
+                                                         languages))
     else:
-        atomic_write_bytes(paths.spm_model("src"), _train_one(src_texts, cfg, cfg.vocab_size))
-        atomic_write_bytes(paths.spm_model("tgt"), _train_one(tgt_texts, cfg, cfg.vocab_size))
+        atomic_write_bytes(paths.spm_model("src"), _train_one(src_texts, cfg, languages[:1]))
+        atomic_write_bytes(paths.spm_model("tgt"), _train_one(tgt_texts, cfg, languages[1:]))
     return load_tokenizer(paths, cfg.joint)
 
 

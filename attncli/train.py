@@ -543,7 +543,8 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
     paths = resumed or create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
     if resumed is None:
         save_config(config, paths.config)
-        tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths)
+        tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths,
+                                    (config.data.src, config.data.tgt))
     else:
         tokenizer = load_tokenizer(paths, config.tokenizer.joint)
     corpus = encode_corpus(tokenizer, train_data.src, train_data.tgt, config.data.max_len)

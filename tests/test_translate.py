@@ -68,7 +68,7 @@ def workdir(tmp_path_factory) -> Path:
         decode=DecodeConfig(beam=2, batch_size=8, max_len_a=1.0, max_len_b=5),
     )
     save_config(config, paths.config)
-    tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths)
+    tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths, ("en", "de"))
     torch.manual_seed(0)
     model = build_model(config, tokenizer)
     save_checkpoint(paths, model, make_optimizer(model, config.train), {"step": 0},

@@ -1,0 +1,37 @@
+"""SentencePiece normalization: Chinese keeps its full-width punctuation, Latin text is NFKC'd."""
+
+from __future__ import annotations
+
+import pytest
+
+from attncli.config import TokenizerConfig
+from attncli.runs import RunPaths
+from attncli.tokenizer import normalization_rule, train_tokenizer
+
+ZH = ["你好，你好嗎？", "我很好！謝謝。", "你叫什麼名字？", "我們走吧！",
+      "他在看書，她在寫字。"] * 20
+EN = ["Hello, how are you?", "I am fine! Thanks.", "What is your name?", "Let's go!",
+      "He reads, she writes."] * 20
+
+
+@pytest.mark.parametrize("languages, rule", [
+    (("en", "zh"), "identity"), (("zh-Hant", "en"), "identity"), (("en", "ja"), "identity"),
+    (("en", "de"), "nmt_nfkc"), (("fr", "pt_BR"), "nmt_nfkc"),
+])
+def test_auto_keeps_full_width_punctuation_where_a_language_writes_it(languages, rule):
+    assert normalization_rule("auto", languages) == rule
+    assert normalization_rule("nfkc", languages) == "nfkc"
+
+
+def _round_trip(tmp_path, normalization: str, languages: tuple[str, str], text: str) -> str:
+    cfg = TokenizerConfig(vocab_size=120, normalization=normalization)
+    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), languages)
+    return tokenizer.decode_tgt(tokenizer.encode_tgt([text])[0])
+
+
+def test_a_chinese_target_keeps_its_punctuation(tmp_path):
+    assert _round_trip(tmp_path, "auto", ("en", "zh"), "你好，你好嗎？") == "你好，你好嗎？"
+
+
+def test_nmt_nfkc_turns_it_into_ascii(tmp_path):
+    assert _round_trip(tmp_path, "nmt_nfkc", ("en", "zh"), "你好，你好嗎？") == "你好,你好嗎?"
