@@ -231,20 +231,16 @@ def _clear_leftovers(paths: RunPaths) -> None:
     paths.checkpoints.mkdir(parents=True, exist_ok=True)
     for name in ("step-*", f"{paths.pointers.name}.*"):
         remove_temp_entries(paths.checkpoints, name)
-    last = _pointed_step(paths, "last")
+    last = paths.pointed_steps().get("last")
     for step, folder in paths.step_dirs().items():
         if last is None or step > last:
             remove_folder(folder)
 
 
-def _pointed_step(paths: RunPaths, name: str) -> int | None:
-    target = paths.read_pointers().get(name)
-    return int(target.removeprefix("step-")) if target else None
-
-
 def _prune(paths: RunPaths, keep: int) -> None:
     """Keep the newest `keep` step folders up to `last`, and the best one."""
-    last, best = _pointed_step(paths, "last"), _pointed_step(paths, "best")
+    pointed = paths.pointed_steps()
+    last, best = pointed["last"], pointed.get("best")
     steps = [s for s in paths.step_dirs() if s <= last]
     for step in steps[:-keep]:
         if step != best:
@@ -339,7 +335,7 @@ def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
     (Vaswani et al. 2017 averaged the last 5 or 20); the result is a weights-only checkpoint for
     `eval` and `translate`, not a state to resume from.
     """
-    newest = _pointed_step(paths, "last")
+    newest = paths.pointed_steps().get("last")
     steps = [s for s in paths.step_dirs() if newest is not None and s <= newest][-last:]
     if len(steps) < last:
         raise AttncliError(f"{paths.root}: --last {last} needs {last} step folders, the run has "

@@ -74,9 +74,16 @@ class RunPaths:
             pointers = json.loads(self.pointers.read_text("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise AttncliError(f"{self.pointers}: corrupt checkpoint pointer ({err})") from None
-        if not isinstance(pointers, dict) or not isinstance(pointers.get("last"), str):
-            raise AttncliError(f"{self.pointers}: corrupt checkpoint pointer (no 'last')")
+        if not (isinstance(pointers, dict) and "last" in pointers and all(
+                isinstance(v, str) and STEP_FOLDER.fullmatch(v) for v in pointers.values())):
+            raise AttncliError(f"{self.pointers}: corrupt checkpoint pointer (expected "
+                               '{"last": "step-N", ...})')
         return pointers
+
+    def pointed_steps(self) -> dict[str, int]:
+        """{'last': N, 'best': M}: the steps the pointers name ({} before the first save)."""
+        return {name: int(STEP_FOLDER.fullmatch(folder).group(1))
+                for name, folder in self.read_pointers().items()}
 
     @property
     def metrics(self) -> Path:
