@@ -56,6 +56,11 @@ class DataConfig(_Section):
     test: str | None = Field(
         None, description="Test data (set name, folder or file); default: dataset's test."
     )
+    cache_dir: str | None = Field(
+        None, description="Where tokenized splits and tokenizers are cached (null: "
+                          "$ATTNCLI_CACHE_DIR, else ~/.cache/attncli).")
+    num_proc: int | None = Field(
+        None, ge=1, description="Processes that tokenize a split (null: every CPU core).")
 
 
 class TokenizerConfig(_Section):
@@ -71,6 +76,9 @@ class TokenizerConfig(_Section):
     normalization: Literal["auto", "nmt_nfkc", "nfkc", "nmt_nfkc_cf", "nfkc_cf", "identity"] = (
         Field("auto", description="SentencePiece text normalization; auto keeps zh/ja/ko "
                                   "full-width punctuation (identity), else nmt_nfkc."))
+    sample_size: int = Field(
+        1_000_000, ge=1, description="Training pairs (a seeded random sample when there are "
+                                     "more) the tokenizer learns from.")
 
     @model_validator(mode="after")
     def _model_file_is_joint(self) -> TokenizerConfig:
@@ -110,7 +118,9 @@ class ModelConfig(_Section):
 
 class TrainConfig(_Section):
     seed: int = Field(1234, description="Seed for init, dropout and shuffling.")
-    batch_tokens: int = Field(2048, ge=1, description="Max target tokens per batch.")
+    batch_tokens: int = Field(
+        2048, ge=1, description="Max padded tokens per batch on its longer side (source or "
+                                "target).")
     pad_multiple: int | Literal["auto"] = Field(
         "auto", description="Pad batch lengths up to a multiple of this (auto: see device.py)."
     )
@@ -142,6 +152,17 @@ class TrainConfig(_Section):
         None, ge=1, description="Stop after N validations without a better val BLEU."
     )
     threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
+    workers: int | Literal["auto"] = Field(
+        "auto", description="Processes that collate batches ahead of the training step (0: "
+                            "the training process itself; auto: see batching.py).")
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _count_or_auto(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                               and value >= 0):
+            return value
+        raise ValueError(f"expected a whole number >= 0 or auto (got {value!r})")
 
     @field_validator("pad_multiple", mode="before")
     @classmethod
@@ -302,13 +323,14 @@ def save_config(config: Config, path: Path) -> None:
 # What `train --resume` may change. Every other key is fixed by what the run has on disk: the
 # weights' shapes, the tokenizer, or the data order (the saved position indexes one batch list).
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
-    "data": frozenset({"valid_limit", "val", "test"}),
-    "tokenizer": frozenset(),
+    "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
+    "tokenizer": frozenset({"sample_size"}),  # the run's own tokenizer is loaded
     "model": frozenset({"dropout", "attention_dropout", "attention"}),
     "train": frozenset({
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
         "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
-        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads"}),
+        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
+        "workers"}),
     "decode": None,  # every key: decoding settings only affect validation BLEU
 }
 _WHY_FIXED = {"data": "it changes the training data and its order",

@@ -26,6 +26,7 @@ naming the languages), or plain parallel text ``<split>.<lang>``.
 
 from __future__ import annotations
 
+import codecs
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,13 +149,26 @@ def _save_hub_copy(hub_id: str, subset: str | None, target: Path) -> None:
 
 
 def _check_utf8(path: Path) -> None:
-    """Non-UTF-8 bytes are an error naming the file and line (before `datasets` sees them)."""
-    data = path.read_bytes()
+    """Non-UTF-8 bytes are an error naming the file and line (before `datasets` sees them).
+
+    Read in blocks, so a corpus of gigabytes is checked without holding it in memory.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines_before = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                line = lines_before + block.count(b"\n", 0, err.start) + 1
+                raise AttncliError(f"{path}: line {line}: not valid UTF-8 ({err.reason})"
+                                   ) from None
+            lines_before += block.count(b"\n")
     try:
-        data.decode("utf-8")
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise AttncliError(f"{path}: line {line}: not valid UTF-8 ({err.reason})") from None
+        raise AttncliError(f"{path}: ends inside a character: not valid UTF-8 ({err.reason})"
+                           ) from None
 
 
 def _split_file(folder: Path, split: str, suffixes: tuple[str, ...]) -> Path | None:
@@ -165,44 +179,85 @@ def _split_file(folder: Path, split: str, suffixes: tuple[str, ...]) -> Path | N
     return None
 
 
-def _load_columns(location: Path, split: str, src: str, tgt: str) -> tuple[list, list]:
-    """Read the two language columns of one split with a `datasets` builder (cached, mmapped)."""
+@dataclass(frozen=True)
+class SplitSource:
+    """The file(s) one split is read from: a table (.jsonl/.json/.tsv) or two text files."""
+
+    files: tuple[Path, ...]
+    name: str
+    split: str
+    src: str
+    tgt: str
+
+    @property
+    def is_table(self) -> bool:
+        return len(self.files) == 1
+
+    def identity(self) -> list:
+        """What the files are (path, size, modification time): a cache key without reading
+        gigabytes; an edited or replaced file gets another key."""
+        ident = []
+        for path in self.files:
+            stat = path.stat()
+            ident.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+        return ident
+
+
+def split_source(cfg: DataConfig, split: str) -> SplitSource:
+    """Where one split of the configured data comes from (`data.val` / `data.test` win)."""
+    own_source = {"val": cfg.val, "test": cfg.test}.get(split)
+    name = own_source or cfg.dataset
+    location = resolve_dataset(name, None if own_source else cfg.subset)
+    if location.is_file():
+        if own_source is None and split != "train":
+            raise AttncliError(f"{location}: a single file has no {split} split; set "
+                               f"data.{split} to the {split} data (or, for eval, pass --data "
+                               f"FILE)")
+        return SplitSource((location,), name, split, cfg.src, cfg.tgt)
+    table_file = _split_file(location, split, (".jsonl", ".json", ".tsv"))
+    if table_file is not None:
+        return SplitSource((table_file,), name, split, cfg.src, cfg.tgt)
+    text_files = [_split_file(location, split, (f".{lang}",)) for lang in (cfg.src, cfg.tgt)]
+    if all(text_files):
+        return SplitSource(tuple(text_files), name, split, cfg.src, cfg.tgt)
+    found = sorted(p.name for p in location.iterdir())[:8]
+    raise AttncliError(f"{location}: no {split} split for {cfg.src}-{cfg.tgt} (expected "
+                       f"{split}.jsonl, {split}.tsv or {split}.{cfg.src} + {split}.{cfg.tgt}; "
+                       f"found {', '.join(found)})")
+
+
+def open_split(source: SplitSource):
+    """The split as a memory-mapped `datasets.Dataset` with two string columns, src and tgt.
+
+    Rows are as stored (empty ones included); nothing is held in Python lists.
+    """
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-    folder = location if location.is_dir() else location.parent
-    if location.is_file():
-        table_file = location
-    else:
-        table_file = _split_file(folder, split, (".jsonl", ".json", ".tsv"))
-    if table_file is not None:
-        _check_utf8(table_file)
-        if table_file.suffix == ".tsv":
-            ds = datasets.load_dataset("csv", data_files=str(table_file), delimiter="\t",
+    for path in source.files:
+        _check_utf8(path)
+    if source.is_table:
+        (path,) = source.files
+        if path.suffix == ".tsv":
+            ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t",
                                        split="train", quoting=3, keep_default_na=False)
         else:
-            ds = datasets.load_dataset("json", data_files=str(table_file), split="train")
-        return _language_columns(ds, table_file, src, tgt)
-    text_files = [_split_file(folder, split, (f".{lang}",)) for lang in (src, tgt)]
-    if all(text_files):
-        columns = []
-        for path in text_files:
-            _check_utf8(path)
-            ds = datasets.load_dataset("text", data_files=str(path), split="train",
-                                       keep_linebreaks=False)
-            columns.append(ds["text"])
-        if len(columns[0]) != len(columns[1]):
-            raise AttncliError(f"{text_files[0]} and {text_files[1]} have different line counts "
-                               f"({len(columns[0])} vs {len(columns[1])})")
-        return columns[0], columns[1]
-    found = sorted(p.name for p in folder.iterdir())[:8]
-    raise AttncliError(f"{folder}: no {split} split for {src}-{tgt} (expected {split}.jsonl, "
-                       f"{split}.tsv or {split}.{src} + {split}.{tgt}; found {', '.join(found)})")
+            ds = datasets.load_dataset("json", data_files=str(path), split="train")
+        return _language_columns(ds, path, source.src, source.tgt)
+    columns = [datasets.load_dataset("text", data_files=str(path), split="train",
+                                     keep_linebreaks=False) for path in source.files]
+    if len(columns[0]) != len(columns[1]):
+        raise AttncliError(f"{source.files[0]} and {source.files[1]} have different line "
+                           f"counts ({len(columns[0])} vs {len(columns[1])})")
+    return datasets.concatenate_datasets(
+        [columns[0].rename_column("text", "src"), columns[1].rename_column("text", "tgt")],
+        axis=1)
 
 
-def _language_columns(ds, source: Path, src: str, tgt: str) -> tuple[list, list]:
-    """The two languages' columns, from flat rows or the Hub's nested `translation` dicts."""
+def _language_columns(ds, source: Path, src: str, tgt: str):
+    """The two languages as columns src and tgt, from flat rows or the Hub's nested
+    `translation` dicts."""
     prefix = ""
     if "translation" in ds.column_names and not {src, tgt} <= set(ds.column_names):
         ds, prefix = ds.flatten(), "translation."  # Arrow struct -> translation.<lang> columns
@@ -211,28 +266,23 @@ def _language_columns(ds, source: Path, src: str, tgt: str) -> tuple[list, list]
     if missing:
         raise AttncliError(f"{source}: no language {missing[0]!r} in this data set "
                            f"(it has: {', '.join(have)})")
-    return ds[prefix + src], ds[prefix + tgt]
+    ds = ds.select_columns([prefix + src, prefix + tgt])
+    return ds.rename_columns({prefix + src: "src", prefix + tgt: "tgt"})
 
 
 def load_split(cfg: DataConfig, split: str) -> ParallelText:
-    """One split of the configured data set; empty and whitespace-only pairs are dropped.
-
-    `data.val` / `data.test`, when set, name where the val / test split comes from.
+    """One split of the configured data set as strings; empty and whitespace-only pairs are
+    dropped. For validation, test and translation; training reads the token cache instead.
     """
-    own_source = {"val": cfg.val, "test": cfg.test}.get(split)
-    name = own_source or cfg.dataset
-    location = resolve_dataset(name, None if own_source else cfg.subset)
-    if location.is_file() and own_source is None and split != "train":
-        raise AttncliError(f"{location}: a single file has no {split} split; set data.{split} "
-                           f"to the {split} data (or, for eval, pass --data FILE)")
-    src_col, tgt_col = _load_columns(location, split, cfg.src, cfg.tgt)
+    source = split_source(cfg, split)
+    ds = open_split(source)
     src, tgt = [], []
-    for s, t in zip(src_col, tgt_col, strict=True):
+    for s, t in zip(ds["src"], ds["tgt"], strict=True):
         s, t = (s or "").strip(), (t or "").strip()
         if s and t:
             src.append(s)
             tgt.append(t)
     if not src:
-        raise AttncliError(f"{location}: the {split} split of {name} has no non-empty "
-                           f"{cfg.src}-{cfg.tgt} pairs")
-    return ParallelText(src, tgt, name, split, dropped_empty=len(src_col) - len(src))
+        raise AttncliError(f"{source.files[0]}: the {split} split of {source.name} has no "
+                           f"non-empty {cfg.src}-{cfg.tgt} pairs")
+    return ParallelText(src, tgt, source.name, split, dropped_empty=len(ds) - len(src))

@@ -1,4 +1,5 @@
-"""SentencePiece subwords: train on the training split, save in the run folder, load again.
+"""SentencePiece subwords: train on (a sample of) the training split, save in the run folder,
+load again.
 
 Special ids are fixed so that the model, batching and search agree without asking:
 pad = 0, unk = 1, bos = 2, eos = 3.
@@ -7,7 +8,8 @@ pad = 0, unk = 1, bos = 2, eos = 3.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -79,6 +81,15 @@ class Tokenizer:
         return [self.tgt.id_to_piece(int(i)) for i in ids]
 
 
+# The sides of a tokenizer: one joint model, or one model per side (RunPaths.spm_model names).
+JOINT_SIDES: tuple[str | None, ...] = (None,)
+SEPARATE_SIDES: tuple[str | None, ...] = ("src", "tgt")
+
+
+def model_sides(joint: bool) -> tuple[str | None, ...]:
+    return JOINT_SIDES if joint else SEPARATE_SIDES
+
+
 def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[str]) -> bytes:
     model = io.BytesIO()
     try:
@@ -90,7 +101,7 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[s
             normalization_rule_name=normalization_rule(cfg.normalization, languages),
             character_coverage=cfg.character_coverage,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            input_sentence_size=2_000_000,
+            input_sentence_size=0,  # every sentence given: the caller already sampled
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
             num_threads=2,
@@ -101,38 +112,77 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[s
     return model.getvalue()
 
 
+def train_models(cfg: TokenizerConfig, texts: Callable[[str], Iterable[str]],
+                 languages: tuple[str, str]) -> dict[str | None, bytes]:
+    """Serialized SentencePiece model(s) by side, trained on `texts("src")` / `texts("tgt")`.
+
+    `texts` gives a fresh stream per call, so nothing holds every sentence at once; `languages`
+    (source, target) choose the normalization when it is `auto`.
+    """
+    if cfg.joint:
+        both = itertools.chain(texts("src"), texts("tgt"))
+        return {None: _train_one(both, cfg, languages)}
+    return {"src": _train_one(texts("src"), cfg, languages[:1]),
+            "tgt": _train_one(texts("tgt"), cfg, languages[1:])}
+
+
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
                     paths: RunPaths, languages: tuple[str, str]) -> Tokenizer:
-    """Train the model(s) on the training split and save them into the run folder.
-
-    `languages` (source, target) choose the normalization when it is `auto`.
-
-    With `tokenizer.model_file` the given model is checked and copied instead of training one.
-    """
-    if cfg.model_file:
-        check_model_file(cfg)
-        atomic_write_bytes(paths.spm_model(), Path(cfg.model_file).read_bytes())
-    elif cfg.joint:
-        atomic_write_bytes(paths.spm_model(), _train_one([*src_texts, *tgt_texts], cfg,
-                                                         languages))
-    else:
-        atomic_write_bytes(paths.spm_model("src"), _train_one(src_texts, cfg, languages[:1]))
-        atomic_write_bytes(paths.spm_model("tgt"), _train_one(tgt_texts, cfg, languages[1:]))
+    """Train on texts in memory (or copy `tokenizer.model_file`) into the run folder; for
+    small corpora and tests. Training runs take theirs from the cache (corpus.py)."""
+    texts = {"src": src_texts, "tgt": tgt_texts}
+    models = model_file_bytes(cfg) if cfg.model_file else train_models(cfg, texts.__getitem__,
+                                                                        languages)
+    install_models(models, paths)
     return load_tokenizer(paths, cfg.joint)
+
+
+def install_models(models: dict[str | None, bytes], paths: RunPaths) -> None:
+    """Write the model(s) into the run folder, where `load_tokenizer` finds them."""
+    for side, data in models.items():
+        atomic_write_bytes(paths.spm_model(side), data)
+
+
+def run_models(paths: RunPaths, joint: bool) -> dict[str | None, bytes]:
+    """The run's serialized model(s) by side (what a token cache is keyed on), checked."""
+    models = {}
+    for side in model_sides(joint):
+        _load_one(paths.spm_model(side))
+        models[side] = paths.spm_model(side).read_bytes()
+    return models
+
+
+def model_file_bytes(cfg: TokenizerConfig) -> dict[str | None, bytes]:
+    """`tokenizer.model_file`, checked, as the joint model."""
+    check_model_file(cfg)
+    return {None: Path(cfg.model_file).read_bytes()}
+
+
+def tokenizer_from_bytes(models: dict[str | None, bytes]) -> Tokenizer:
+    """A `Tokenizer` from serialized model(s), checked as a file on disk would be."""
+    procs = {side: _from_proto(data, f"SentencePiece model ({side or 'joint'})")
+             for side, data in models.items()}
+    if None in procs:
+        return Tokenizer(procs[None], procs[None])
+    return Tokenizer(procs["src"], procs["tgt"])
+
+
+def _from_proto(data: bytes, what: str) -> spm.SentencePieceProcessor:
+    proc = spm.SentencePieceProcessor()
+    try:
+        proc.load_from_serialized_proto(data)
+    except (RuntimeError, OSError) as err:
+        raise AttncliError(f"{what}: not a valid SentencePiece model ({str(err)[:80]})") from None
+    if proc.pad_id() != PAD_ID or proc.eos_id() != EOS_ID or proc.bos_id() != BOS_ID:
+        raise AttncliError(f"{what}: SentencePiece model has other special ids than "
+                           f"pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}")
+    return proc
 
 
 def _load_one(path: Path) -> spm.SentencePieceProcessor:
     if not path.is_file():
         raise AttncliError(f"{path}: SentencePiece model missing")
-    proc = spm.SentencePieceProcessor()
-    try:
-        proc.load(str(path))
-    except (RuntimeError, OSError) as err:
-        raise AttncliError(f"{path}: not a valid SentencePiece model ({str(err)[:80]})") from None
-    if proc.pad_id() != PAD_ID or proc.eos_id() != EOS_ID or proc.bos_id() != BOS_ID:
-        raise AttncliError(f"{path}: SentencePiece model has other special ids than "
-                           f"pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}")
-    return proc
+    return _from_proto(path.read_bytes(), str(path))
 
 
 def check_model_file(cfg: TokenizerConfig) -> None:
@@ -143,7 +193,7 @@ def check_model_file(cfg: TokenizerConfig) -> None:
 
 def load_tokenizer(paths: RunPaths, joint: bool) -> Tokenizer:
     """Load the run's SentencePiece model(s); a missing or corrupt file is a one-line error."""
+    procs = {side: _load_one(paths.spm_model(side)) for side in model_sides(joint)}
     if joint:
-        proc = _load_one(paths.spm_model())
-        return Tokenizer(proc, proc)
-    return Tokenizer(_load_one(paths.spm_model("src")), _load_one(paths.spm_model("tgt")))
+        return Tokenizer(procs[None], procs[None])
+    return Tokenizer(procs["src"], procs["tgt"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -102,45 +103,22 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequ
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class EncodedCorpus:
-    """Tokenized training pairs that fit `data.max_len`, with their lengths for batching."""
-
-    src: list[list[int]]
-    tgt: list[list[int]]
-    dropped_long: int
-
-    @property
-    def src_lens(self) -> list[int]:
-        return [len(s) for s in self.src]
-
-    @property
-    def tgt_lens(self) -> list[int]:
-        return [len(t) for t in self.tgt]
-
-
-def encode_corpus(tokenizer, src_texts: Sequence[str], tgt_texts: Sequence[str], max_len: int
-                  ) -> EncodedCorpus:
-    """Encode both sides; pairs with a side longer than `max_len` subwords are dropped."""
-    src_ids, tgt_ids = tokenizer.encode_src(src_texts), tokenizer.encode_tgt(tgt_texts)
-    keep = [i for i in range(len(src_ids))
-            if len(src_ids[i]) <= max_len and len(tgt_ids[i]) + 1 <= max_len]
-    return EncodedCorpus([src_ids[i] for i in keep], [tgt_ids[i] for i in keep],
-                         len(src_ids) - len(keep))
-
-
 class Reporter:
     """Prints progress: a rich progress bar on a terminal, plain lines otherwise (CI, logs).
 
     Every line also goes to train.log, so a run folder explains itself afterwards.
     """
 
-    def __init__(self, log_path, total_steps: int | None, start_step: int):
+    def __init__(self, log_path, total_steps: int | None, start_step: int,
+                 earlier: Sequence[str] = ()):
+        """`earlier`: lines printed before the run folder existed, added to train.log."""
         import sys
 
         from rich.console import Console
 
         self.log_path = log_path
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in earlier)
         self.console = Console(stderr=False)
         self.interactive = sys.stdout.isatty()
         self.progress = None
@@ -212,27 +190,29 @@ class _StopSignal:
 class Trainer:
     """Runs updates until a stop condition, validating and checkpointing along the way."""
 
-    def __init__(self, config, paths, tokenizer, corpus: EncodedCorpus, val_data,
-                 device: torch.device, reporter: Reporter):
+    def __init__(self, config, paths, tokenizer, data, device: torch.device,
+                 reporter: Reporter):
+        """`data`: the `corpus.TrainingData` (token caches of train and val, val texts)."""
+        from attncli.batching import resolve_workers
         from attncli.checkpoint import build_model
         from attncli.config import model_fingerprint
         from attncli.device import resolve_pad_multiple, resolve_precision
 
         self.config, self.cfg, self.paths = config, config.train, paths
-        self.tokenizer, self.corpus, self.device = tokenizer, corpus, device
+        self.tokenizer, self.corpus, self.device = tokenizer, data.train, device
         self.reporter = reporter
         self.precision = resolve_precision(self.cfg.precision, device)
         self.pad_multiple = resolve_pad_multiple(self.cfg.pad_multiple, device, self.precision)
+        self.workers = resolve_workers(self.cfg.workers, device)
         self.fingerprint = model_fingerprint(config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
         if self.cfg.compile:  # compile what a training step calls (not `forward`)
             self.model.summed_loss = torch.compile(self.model.summed_loss)
         self.optimizer = make_optimizer(self.model, self.cfg)
-        self.val_corpus = encode_corpus(tokenizer, val_data.src, val_data.tgt,
-                                        config.data.max_len)
-        limit = config.data.valid_limit or len(val_data)
-        self.val_src, self.val_ref = val_data.src[:limit], val_data.tgt[:limit]
+        self.val_corpus = data.val
+        limit = config.data.valid_limit or len(data.val_text)
+        self.val_src, self.val_ref = data.val_text.src[:limit], data.val_text.tgt[:limit]
         # Position and history; restored by `resume`.
         self.step = self.epoch = self.batch_index = 0
         self.elapsed = 0.0
@@ -249,7 +229,10 @@ class Trainer:
                  "last_validated", "pad_multiple")
 
     def state(self) -> dict:
+        from attncli.batching import BATCHING
+
         return {**{key: getattr(self, key) for key in self._RESTORED},
+                "batching": BATCHING,
                 "elapsed_s": self.elapsed,
                 "scheduler": {"kind": "inverse_sqrt", "peak_lr": self.cfg.lr,
                               "warmup_steps": self.cfg.warmup_steps}}
@@ -260,10 +243,17 @@ class Trainer:
         The saved pad_multiple wins over this machine's `auto`: the data position indexes
         batches built with it.
         """
+        from attncli.batching import BATCHING
         from attncli.checkpoint import checkpoint_dir, load_checkpoint, set_rng_state
+        from attncli.errors import AttncliError
 
         folder = checkpoint_dir(self.paths, "last")
         state = load_checkpoint(folder, self.model, self.optimizer, self.fingerprint)
+        if state.get("batching") != BATCHING:
+            raise AttncliError(
+                f"{folder}: its data position counts batches cut another way (attncli 0.2 "
+                f"budgeted target tokens only; now {BATCHING}), so it cannot resume exactly; "
+                f"finish it with attncli 0.2, or start a new run")
         apply_optimizer_settings(self.optimizer, self.cfg)
         for key in self._RESTORED:
             setattr(self, key, state[key])
@@ -290,16 +280,14 @@ class Trainer:
 
     @torch.inference_mode()
     def validation_loss(self) -> float:
-        from attncli.batching import collate, token_batches
+        from attncli.batching import token_batches
 
         self.model.eval()
         total, tokens = 0.0, 0
         corpus = self.val_corpus
-        multiple = self.pad_multiple
-        for idx in token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, 0, 0,
-                                 multiple):
-            batch = collate([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx], multiple)
-            batch = batch.to(self.device)
+        for pairs in token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, 0, 0,
+                                   self.pad_multiple):
+            batch = corpus.collate(pairs, self.pad_multiple).to(self.device)
             with autocast(self.device, self.precision):
                 total += float(self.model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out,
                                                       0.0, compute_dtype(self.precision)))
@@ -366,80 +354,90 @@ class Trainer:
             return "signal"
         if self.nonfinite_in_row >= self.cfg.max_nonfinite_updates:
             return "nonfinite"
-        if not updated:
-            return None
         reason = self.limit_reached()
-        if reason is None and self.step % self.cfg.eval_every == 0:
+        if not updated or reason is not None:
+            return reason
+        if self.step % self.cfg.eval_every == 0:
             reason = "patience" if self.validate(metrics) else None
             self.save()
-        elif reason is None and self.cfg.save_every and self.step % self.cfg.save_every == 0:
+        elif self.cfg.save_every and self.step % self.cfg.save_every == 0:
             self.save()
         return reason
+
+    def _batch_groups(self) -> Iterator[list[Batch]]:
+        """The batches of each update from the saved position on, epoch after epoch.
+
+        The position (epoch, batch_index) moves past a group before it is trained on, and to
+        the next epoch right after an epoch's last group, so a checkpoint saved after any update
+        names where training continues.
+        """
+        from attncli.batching import batch_loader, token_batches
+
+        corpus, accum = self.corpus, self.cfg.accum_steps
+        while True:
+            order = token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens,
+                                  self.cfg.seed, self.epoch, self.pad_multiple)
+            loader = iter(batch_loader(corpus, order[self.batch_index:], self.pad_multiple,
+                                       self.workers, self.device.type == "cuda"))
+            while self.batch_index < len(order):
+                group = list(itertools.islice(loader, min(accum, len(order) - self.batch_index)))
+                self.batch_index += len(group)
+                if self.batch_index == len(order):
+                    self.epoch, self.batch_index = self.epoch + 1, 0
+                    yield group
+                    break
+                yield group
+
+    def _log_window(self, window: dict, lr: float, grad_norm: float, metrics) -> None:
+        """A train event in metrics.jsonl and a log line over the updates since the last one."""
+        import time
+
+        span = time.perf_counter() - window["start"]
+        record = {"event": "train", "step": self.step, "epoch": self.epoch,
+                  "loss": window["loss"] / window["steps"], "lr": lr,
+                  "tokens_per_s": round(window["tokens"] / span, 1),
+                  "grad_norm": round(grad_norm, 4), "seconds": round(self.elapsed, 2)}
+        metrics.write(record)
+        self.reporter.line(
+            f"step {self.step:>6} | epoch {self.epoch + 1:>3} | loss {record['loss']:.4f} | lr "
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s | {self.elapsed:,.0f} s")
 
     def run(self) -> str | None:
         """Train until a limit; returns the name of a stop signal if one interrupted the run."""
         import time
 
-        from attncli.batching import collate, token_batches
         from attncli.runs import MetricsLog
 
         metrics = MetricsLog(self.paths.metrics)
-        cfg, corpus = self.cfg, self.corpus
-        reason = None
-        window_tokens, window_loss, window_steps = 0, 0.0, 0
-        window_start = time.perf_counter()
+        cfg, reason = self.cfg, None
+        window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.perf_counter()}
         run_start, elapsed_before = time.perf_counter(), self.elapsed
         with _StopSignal() as stop:
-            while reason is None:
-                batches = token_batches(corpus.src_lens, corpus.tgt_lens, cfg.batch_tokens,
-                                        cfg.seed, self.epoch, self.pad_multiple)
-                while self.batch_index < len(batches) and reason is None:
-                    group = batches[self.batch_index : self.batch_index + cfg.accum_steps]
-                    self.batch_index += len(group)
-                    lr = inverse_sqrt_lr(self.step + 1, cfg.lr, cfg.warmup_steps)
-                    stats = train_step(
-                        self.model, self.optimizer,
-                        [collate([corpus.src[i] for i in b], [corpus.tgt[i] for i in b],
-                                 self.pad_multiple)
-                         for b in group],
-                        cfg, lr, self.device, self.precision,
-                    )
-                    self.elapsed = elapsed_before + time.perf_counter() - run_start
-                    if stats.finite:
-                        self.step += 1
-                        self.nonfinite_in_row = 0
-                        window_tokens += stats.tokens
-                        window_loss += stats.loss
-                        window_steps += 1
-                    else:
-                        self._skipped(stats, metrics)
-                    if stats.finite and self.step % cfg.log_every == 0:
-                        span = time.perf_counter() - window_start
-                        record = {"event": "train", "step": self.step, "epoch": self.epoch,
-                                  "loss": window_loss / window_steps, "lr": lr,
-                                  "tokens_per_s": round(window_tokens / span, 1),
-                                  "grad_norm": round(stats.grad_norm, 4),
-                                  "seconds": round(self.elapsed, 2)}
-                        metrics.write(record)
-                        self.reporter.line(
-                            f"step {self.step:>6} | epoch {self.epoch + 1:>3} | loss "
-                            f"{record['loss']:.4f} | lr {lr:.2e} | "
-                            f"{record['tokens_per_s']:,.0f} tgt tok/s | {self.elapsed:,.0f} s")
-                        window_tokens, window_loss, window_steps = 0, 0.0, 0
-                        window_start = time.perf_counter()
-                    self.reporter.step(self.step, f"loss {stats.loss:.3f} lr {lr:.1e}")
-                    checks_start = time.perf_counter()
-                    reason = self._after_update(stop, metrics, stats.finite)
-                    # leave validation and saving out of both the tok/s window and the clock
-                    paused = time.perf_counter() - checks_start
-                    window_start += paused
-                    run_start += paused
-                if self.batch_index >= len(batches):
-                    self.epoch += 1
-                    self.batch_index = 0
-                    if reason is None and cfg.max_epochs is not None and \
-                            self.epoch >= cfg.max_epochs:
-                        reason = "max_epochs"
+            for group in self._batch_groups():
+                lr = inverse_sqrt_lr(self.step + 1, cfg.lr, cfg.warmup_steps)
+                stats = train_step(self.model, self.optimizer, group, cfg, lr, self.device,
+                                   self.precision)
+                self.elapsed = elapsed_before + time.perf_counter() - run_start
+                if stats.finite:
+                    self.step += 1
+                    self.nonfinite_in_row = 0
+                    window["tokens"] += stats.tokens
+                    window["loss"] += stats.loss
+                    window["steps"] += 1
+                else:
+                    self._skipped(stats, metrics)
+                if stats.finite and self.step % cfg.log_every == 0:
+                    self._log_window(window, lr, stats.grad_norm, metrics)
+                    window = {"tokens": 0, "loss": 0.0, "steps": 0, "start": time.perf_counter()}
+                self.reporter.step(self.step, f"loss {stats.loss:.3f} lr {lr:.1e}")
+                checks_start = time.perf_counter()
+                reason = self._after_update(stop, metrics, stats.finite)
+                # leave validation and saving out of both the tok/s window and the clock
+                paused = time.perf_counter() - checks_start
+                window["start"] += paused
+                run_start += paused
+                if reason is not None:
+                    break
         return self._finish(reason, stop.name, metrics)
 
     def _finish(self, reason: str, signal_name: str | None, metrics) -> str | None:
@@ -464,18 +462,18 @@ class Trainer:
         return None
 
 
-def _banner(reporter: Reporter, trainer: Trainer, train_data, corpus: EncodedCorpus) -> None:
+def _banner(reporter: Reporter, trainer: Trainer, data) -> None:
     from attncli.batching import padding_share, token_batches
 
-    multiple = trainer.pad_multiple
+    corpus, multiple = data.train, trainer.pad_multiple
     batches = token_batches(corpus.src_lens, corpus.tgt_lens, trainer.cfg.batch_tokens,
                             trainer.cfg.seed, 0, multiple)
-    share = padding_share(batches, corpus.tgt_lens, multiple)
+    share = padding_share(batches, corpus.src_lens, corpus.tgt_lens, multiple)
     reporter.line(
-        f"data {train_data.name}: {len(corpus.src):,} training pairs "
-        f"({train_data.dropped_empty} empty and {corpus.dropped_long} longer than "
-        f"{trainer.config.data.max_len} subwords dropped); {len(batches)} batches per epoch, "
-        f"{share:.1%} padding (lengths rounded up to multiples of {multiple})")
+        f"data {data.name}: {len(corpus):,} training pairs ({corpus.dropped_empty} empty and "
+        f"{corpus.dropped_long} longer than {trainer.config.data.max_len} subwords dropped); "
+        f"{len(batches)} batches per epoch, {share:.1%} padding (lengths rounded up to "
+        f"multiples of {multiple}); {trainer.workers} batch worker(s)")
     reporter.line(
         f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
         f"({trainer.precision}, {torch.get_num_threads()} threads)")
@@ -525,38 +523,36 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
     from pathlib import Path
 
     from attncli.config import save_config
-    from attncli.data import check_training_sources, load_split
+    from attncli.corpus import prepare_training_data
     from attncli.device import resolve_device, set_threads
-    from attncli.errors import AttncliError
     from attncli.runs import check_writable, create_run_dir, default_run_name
-    from attncli.tokenizer import check_model_file, load_tokenizer, train_tokenizer
+    from attncli.tokenizer import install_models, run_models, tokenizer_from_bytes
 
     device = resolve_device(device_name)
     set_threads(config.train.threads)
     if resumed is None:
         check_writable(Path(runs_dir))
-    # Read the data before making a run folder: bad data leaves nothing behind.
-    check_training_sources(config.data)
-    train_data = load_split(config.data, "train").head(config.data.train_limit)
-    val_data = load_split(config.data, "val")
-    check_model_file(config.tokenizer)
+    earlier: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        earlier.append(line)
+
+    # Prepare the data before making a run folder: bad data leaves nothing behind.
+    models = run_models(resumed, config.tokenizer.joint) if resumed else None
+    data = prepare_training_data(config, say, models)
     paths = resumed or create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
     if resumed is None:
         save_config(config, paths.config)
-        tokenizer = train_tokenizer(config.tokenizer, train_data.src, train_data.tgt, paths,
-                                    (config.data.src, config.data.tgt))
-    else:
-        tokenizer = load_tokenizer(paths, config.tokenizer.joint)
-    corpus = encode_corpus(tokenizer, train_data.src, train_data.tgt, config.data.max_len)
-    if not corpus.src:
-        raise AttncliError(f"no training pairs fit data.max_len={config.data.max_len}")
-    reporter = Reporter(paths.log, config.train.max_steps, 0)
+        install_models(data.models, paths)
+    tokenizer = tokenizer_from_bytes(data.models)
+    reporter = Reporter(paths.log, config.train.max_steps, 0, earlier)
     try:
         with _disk_errors_as_user_errors(paths):
-            trainer = Trainer(config, paths, tokenizer, corpus, val_data, device, reporter)
+            trainer = Trainer(config, paths, tokenizer, data, device, reporter)
             if resumed is not None:
                 _resume(trainer, config, reporter)
-            _banner(reporter, trainer, train_data, corpus)
+            _banner(reporter, trainer, data)
             signal_name = trainer.run()
     finally:
         reporter.close()

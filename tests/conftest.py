@@ -60,6 +60,12 @@ def _deterministic() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _data_cache(tmp_path_factory) -> None:
+    """Token caches and cached tokenizers go to a temp folder, never the user's ~/.cache."""
+    os.environ["ATTNCLI_CACHE_DIR"] = str(tmp_path_factory.mktemp("attncli-cache"))
+
+
 @pytest.fixture
 def tiny_model_config() -> ModelConfig:
     return ModelConfig(d_model=32, heads=4, enc_layers=2, dec_layers=2, ff_dim=64, dropout=0.0,
