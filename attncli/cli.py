@@ -89,6 +89,21 @@ def train(
     train_command(checked, resumed, config, name, runs_dir, device.value)
 
 
+@app.command()
+def prepare(
+    config: Path = typer.Argument(..., help="YAML config (see configs/).", show_default=False),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a config key, e.g. --set data.num_proc=8 (repeatable)."
+    ),
+) -> None:
+    """Train the tokenizer and tokenize the train and val splits into the data cache, without
+    training: a later `attncli train` with the same data and tokenizer settings starts at once."""
+    from attncli.config import load_config
+    from attncli.corpus import prepare_command
+
+    prepare_command(load_config(config, set_))
+
+
 @app.command("eval")
 def eval_(
     run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),

@@ -362,3 +362,11 @@ def prepare_training_data(config: Config, log: Log,
                            f"data.max_len={config.data.max_len}")
     val = tokenized_split(val_source, models, config.data, None, root, log)
     return TrainingData(models, train, val, val_text, train_source.name)
+
+
+def prepare_command(config: Config) -> None:
+    """`attncli prepare`: the data cache for `config`, each step printed as it finishes."""
+    data = prepare_training_data(config, lambda line: print(line, flush=True))
+    print(f"ready: {len(data.train):,} training pairs ({data.train.dropped_empty:,} empty and "
+          f"{data.train.dropped_long:,} longer than {config.data.max_len} subwords left out), "
+          f"{len(data.val):,} validation pairs")

@@ -315,3 +315,15 @@ def test_a_run_in_the_old_layout_is_named_as_such(runs, tmp_path):
                 old / "checkpoints" / "last.safetensors")
     assert_one_line_error(run_cli("translate", "--run", str(old), "A dog."),
                           "checkpoints in attncli 0.1's layout")
+
+
+def test_a_position_in_batches_cut_another_way_is_not_resumed(runs, data_dir):
+    """attncli 0.2 budgeted target tokens only; its batch index means other batches now."""
+    run = _copy(runs, "old-batching")
+    _cut_back(run, 4)
+    state_file = run / "checkpoints" / "step-4" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["batching"]
+    state_file.write_text(json.dumps(state))
+    result = resume(data_dir, run, "train.max_steps=8")
+    assert_one_line_error(result, "cannot resume exactly")

@@ -13,11 +13,14 @@ from attncli.device import resolve_pad_multiple, resolve_precision
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_dir):
-    """Three runs of the same tiny config: 6 steps straight, twice; 3 steps then resumed to 6."""
+    """Runs of the same tiny config: 6 steps straight, twice; 6 steps with batches collated by
+    two worker processes; 3 steps then resumed to 6."""
     root = tmp_path_factory.mktemp("runs")
     results = {}
     for name in ("straight", "again"):
         results[name] = train(data_dir, root, SMALL, "--name", name, sets=["train.max_steps=6"])
+    results["workers"] = train(data_dir, root, SMALL, "--name", "workers",
+                               sets=["train.max_steps=6", "train.workers=2"])
     results["stopped"] = train(data_dir, root, SMALL, "--name", "split",
                                sets=["train.max_steps=3"])
     results["resumed"] = run_cli("train", "--resume", str(root / "split"),
@@ -57,6 +60,11 @@ def test_metrics_have_train_and_validation_events(runs):
 
 def test_same_seed_same_config_gives_identical_loss_curve(runs):
     assert losses(runs / "straight") == losses(runs / "again")
+
+
+def test_batches_from_worker_processes_give_the_same_loss_curve(runs):
+    assert "2 batch worker(s)" in (runs / "workers" / "train.log").read_text()
+    assert losses(runs / "workers") == losses(runs / "straight")
 
 
 def test_resumed_run_matches_uninterrupted_run(runs):

@@ -1,0 +1,158 @@
+"""The token cache: tokenized once, reused, rebuilt when the data or the tokenizer changes or the
+entry is damaged; batches fed by worker processes in exactly the sampler's order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import toy_pairs, write_toy_corpus
+from helpers import SMALL, assert_one_line_error, run_cli
+
+from attncli import corpus as corpus_module
+from attncli.batching import batch_loader, token_batches
+from attncli.config import Config, DataConfig, TokenizerConfig
+from attncli.corpus import prepare_training_data, sampled_texts
+from attncli.data import open_split, split_source
+from attncli.tokenizer import tokenizer_from_bytes
+
+
+def _config(folder: Path, cache: Path, **tokenizer) -> Config:
+    return Config(data=DataConfig(dataset=str(folder), cache_dir=str(cache), max_len=40),
+                  tokenizer=TokenizerConfig(vocab_size=120, **tokenizer))
+
+
+def _prepare(config: Config) -> tuple[object, list[str]]:
+    lines: list[str] = []
+    return prepare_training_data(config, lines.append), lines
+
+
+def _ids(split, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """Every kept pair's ids as the cache serves them (one batch of all pairs)."""
+    import numpy as np
+
+    batch = split.collate(np.arange(len(split)))
+    pairs = []
+    for src, tgt in zip(batch.src.tolist(), batch.tgt_out.tolist(), strict=True):
+        pairs.append(([i for i in src if i], [i for i in tgt if i][:-1]))  # drop PAD, EOS
+    return pairs
+
+
+@pytest.fixture
+def toy(tmp_path) -> Path:
+    return write_toy_corpus(tmp_path / "toy", {"train": 300, "val": 20, "test": 20})
+
+
+def test_the_cache_holds_the_tokenizers_own_ids(toy, tmp_path):
+    data, _ = _prepare(_config(toy, tmp_path / "cache"))
+    tokenizer = tokenizer_from_bytes(data.models)
+    pairs = toy_pairs(300, 0)
+    expected = list(zip(tokenizer.encode_src([p["en"] for p in pairs]),
+                        tokenizer.encode_tgt([p["de"] for p in pairs]), strict=True))
+    assert _ids(data.train, tokenizer) == expected
+    assert (len(data.train), len(data.val)) == (300, 20)
+
+
+def test_a_second_run_reuses_the_tokenizer_and_the_tokens(toy, tmp_path):
+    config = _config(toy, tmp_path / "cache")
+    first, first_lines = _prepare(config)
+    second, second_lines = _prepare(config)
+    assert not any("reusing" in line for line in first_lines)
+    assert [line.split()[:2] for line in second_lines] == [["tokenizer:", "reusing"],
+                                                           ["cache:", "reusing"],
+                                                           ["cache:", "reusing"]]
+    assert second.models == first.models
+    tokenizer = tokenizer_from_bytes(first.models)
+    assert _ids(second.train, tokenizer) == _ids(first.train, tokenizer)
+
+
+def test_changed_data_builds_a_new_entry(toy, tmp_path):
+    config = _config(toy, tmp_path / "cache")
+    first, _ = _prepare(config)
+    extra = {"en": "The cat finds the old car.", "de": "Die Katze findet das alte Auto."}
+    with open(toy / "train.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(extra) + "\n")
+    second, lines = _prepare(config)
+    assert not any("reusing" in line for line in lines)
+    assert (len(first.train), len(second.train)) == (300, 301)
+
+
+def test_a_changed_tokenizer_builds_new_tokens(toy, tmp_path):
+    first, _ = _prepare(_config(toy, tmp_path / "cache"))
+    other = _config(toy, tmp_path / "cache").model_copy(
+        update={"tokenizer": TokenizerConfig(vocab_size=90)})
+    second, lines = _prepare(other)
+    assert not any("reusing" in line for line in lines)
+    assert first.models != second.models
+    assert first.train.manifest["key"] != second.train.manifest["key"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "manifest"])
+def test_a_damaged_entry_is_rebuilt_not_trusted(toy, tmp_path, damage):
+    config = _config(toy, tmp_path / "cache")
+    first, _ = _prepare(config)
+    tokenizer = tokenizer_from_bytes(first.models)
+    expected = _ids(first.train, tokenizer)
+    entry = Path(first.train.table.cache_files[0]["filename"]).parent
+    del first  # it maps the file that is damaged next
+    arrow = next(entry.glob("tokens*.arrow"))
+    if damage == "truncate":
+        arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+    else:
+        (entry / "manifest.json").unlink()
+    second, lines = _prepare(config)
+    assert any("incomplete or damaged; tokenizing again" in line for line in lines)
+    assert _ids(second.train, tokenizer) == expected
+
+
+def test_empty_and_long_pairs_are_counted_and_left_out(tmp_path):
+    rows = [*toy_pairs(50, 0), {"en": "   ", "de": "leer"},
+            {"en": " ".join(["the big house"] * 30), "de": "das Haus"}]
+    folder = tmp_path / "odd"
+    write_toy_corpus(folder, {"val": 10})
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data, _ = _prepare(_config(folder, tmp_path / "cache"))
+    assert (len(data.train), data.train.dropped_empty, data.train.dropped_long) == (50, 1, 1)
+
+
+def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkeypatch):
+    one, _ = _prepare(_config(toy, tmp_path / "one"))
+    monkeypatch.setattr(corpus_module, "ROWS_PER_PROCESS", 100)
+    config = _config(toy, tmp_path / "two")
+    config.data.num_proc = 2
+    two, lines = _prepare(config)
+    assert any("with 2 process(es)" in line for line in lines)
+    tokenizer = tokenizer_from_bytes(one.models)
+    assert _ids(two.train, tokenizer) == _ids(one.train, tokenizer)
+
+
+def test_the_tokenizer_sample_is_bounded_and_seeded(toy):
+    ds = open_split(split_source(DataConfig(dataset=str(toy)), "train"))
+    sample = sampled_texts(ds, 40)
+    src = list(sample("src"))
+    assert len(src) == 40 and src == list(sampled_texts(ds, 40)("src"))
+    english = {p["en"] for p in toy_pairs(300, 0)}
+    assert set(src) <= english and len(set(src)) > 20
+    assert list(sampled_texts(ds, 1000)("tgt")) == [p["de"] for p in toy_pairs(300, 0)]
+
+
+def test_workers_feed_the_same_batches_in_the_same_order(toy, tmp_path):
+    data, _ = _prepare(_config(toy, tmp_path / "cache"))
+    order = token_batches(data.train.src_lens, data.train.tgt_lens, 200, seed=5, epoch=1,
+                          multiple=8)
+    alone = list(batch_loader(data.train, order, 8, workers=0, pin_memory=False))
+    fed = list(batch_loader(data.train, order, 8, workers=2, pin_memory=False))
+    assert len(alone) == len(fed) == len(order) > 5
+    for a, b in zip(alone, fed, strict=True):
+        assert all(torch.equal(x, y) for x, y in ((a.src, b.src), (a.tgt_in, b.tgt_in),
+                                                  (a.tgt_out, b.tgt_out)))
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_cli("prepare", SMALL, "--set", f"data.cache_dir={blocker}/cache",
+                     data_dir=data_dir)
+    assert_one_line_error(result, "the data cache folder cannot be written")
