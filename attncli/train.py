@@ -311,8 +311,7 @@ class Trainer:
 
         started = time.perf_counter()
         val_loss, bleu = self.validation_loss(), self.validation_bleu()
-        seconds = time.perf_counter() - started
-        self.elapsed += seconds
+        seconds = time.perf_counter() - started  # not training time: `run` leaves it out
         self.last_validated = self.step
         improved = bleu > self.best_bleu
         if improved:
