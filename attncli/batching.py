@@ -106,8 +106,8 @@ def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
 def padded_widths(src_lens: np.ndarray, tgt_lens: np.ndarray, multiple: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Each pair's padded source and target length (target + BOS/EOS), as `collate` pads."""
-    return (round_up(np.asarray(src_lens, dtype=np.int64), multiple),
-            round_up(np.asarray(tgt_lens, dtype=np.int64) + 1, multiple))
+    return (round_up(np.asarray(src_lens, dtype=np.int32), multiple),
+            round_up(np.asarray(tgt_lens, dtype=np.int32) + 1, multiple))
 
 
 def _greedy_cuts(widths: np.ndarray, batch_tokens: int) -> list[int]:
@@ -163,9 +163,10 @@ def padding_share(batches: Sequence[np.ndarray], src_lens: np.ndarray, tgt_lens:
     flat = np.concatenate(batches)
     starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
     sizes = np.diff(np.append(starts, len(flat)))
-    cells = (sizes * (np.maximum.reduceat(src_width[flat], starts)
+    cells = (sizes * (np.maximum.reduceat(src_width[flat], starts).astype(np.int64)
                       + np.maximum.reduceat(tgt_width[flat], starts))).sum()
-    real = (np.asarray(src_lens)[flat].sum() + (np.asarray(tgt_lens)[flat] + 1).sum())
+    real = (np.asarray(src_lens)[flat].sum(dtype=np.int64)
+            + np.asarray(tgt_lens)[flat].sum(dtype=np.int64) + len(flat))  # + BOS/EOS
     return 1.0 - real / cells
 
 

@@ -222,6 +222,22 @@ class Trainer:
         # Not saved: a resumed run starts counting afresh.
         self.saved_step = -1
         self.nonfinite_in_row = 0
+        self._epoch_order: tuple[int, list] = (-1, [])
+
+    def epoch_batches(self, epoch: int) -> list:
+        """The batches of `epoch` in training order (pair positions, numpy arrays).
+
+        Kept for the epoch last asked for: the start-up banner and the loop share one cut,
+        which takes seconds on millions of pairs.
+        """
+        from attncli.batching import token_batches
+
+        if self._epoch_order[0] != epoch:
+            corpus = self.corpus
+            self._epoch_order = (epoch, token_batches(
+                corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, self.cfg.seed, epoch,
+                self.pad_multiple))
+        return self._epoch_order[1]
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -370,13 +386,12 @@ class Trainer:
         the next epoch right after an epoch's last group, so a checkpoint saved after any update
         names where training continues.
         """
-        from attncli.batching import batch_loader, token_batches
+        from attncli.batching import batch_loader
 
-        corpus, accum = self.corpus, self.cfg.accum_steps
+        accum = self.cfg.accum_steps
         while True:
-            order = token_batches(corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens,
-                                  self.cfg.seed, self.epoch, self.pad_multiple)
-            loader = iter(batch_loader(corpus, order[self.batch_index:], self.pad_multiple,
+            order = self.epoch_batches(self.epoch)
+            loader = iter(batch_loader(self.corpus, order[self.batch_index:], self.pad_multiple,
                                        self.workers, self.device.type == "cuda"))
             while self.batch_index < len(order):
                 group = list(itertools.islice(loader, min(accum, len(order) - self.batch_index)))
@@ -462,11 +477,10 @@ class Trainer:
 
 
 def _banner(reporter: Reporter, trainer: Trainer, data) -> None:
-    from attncli.batching import padding_share, token_batches
+    from attncli.batching import padding_share
 
     corpus, multiple = data.train, trainer.pad_multiple
-    batches = token_batches(corpus.src_lens, corpus.tgt_lens, trainer.cfg.batch_tokens,
-                            trainer.cfg.seed, 0, multiple)
+    batches = trainer.epoch_batches(trainer.epoch)
     share = padding_share(batches, corpus.src_lens, corpus.tgt_lens, multiple)
     reporter.line(
         f"data {data.name}: {len(corpus):,} training pairs ({corpus.dropped_empty} empty and "

@@ -95,7 +95,7 @@ def test_a_damaged_entry_is_rebuilt_not_trusted(toy, tmp_path, damage):
     first, _ = _prepare(config)
     tokenizer = tokenizer_from_bytes(first.models)
     expected = _ids(first.train, tokenizer)
-    entry = Path(first.train.table.cache_files[0]["filename"]).parent
+    entry = first.train.folder
     del first  # it maps the file that is damaged next
     arrow = next(entry.glob("tokens*.arrow"))
     if damage == "truncate":
