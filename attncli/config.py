@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -156,21 +157,14 @@ class TrainConfig(_Section):
         "auto", description="Processes that collate batches ahead of the training step (0: "
                             "the training process itself; auto: see batching.py).")
 
-    @field_validator("workers", mode="before")
+    @field_validator("pad_multiple", "workers", mode="before")
     @classmethod
-    def _count_or_auto(cls, value: Any) -> Any:
+    def _whole_number_or_auto(cls, value: Any, info: ValidationInfo) -> Any:
+        least = {"pad_multiple": 1, "workers": 0}[info.field_name]
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
-                               and value >= 0):
+                               and value >= least):
             return value
-        raise ValueError(f"expected a whole number >= 0 or auto (got {value!r})")
-
-    @field_validator("pad_multiple", mode="before")
-    @classmethod
-    def _whole_number_or_auto(cls, value: Any) -> Any:
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
-                               and value >= 1):
-            return value
-        raise ValueError(f"expected a whole number >= 1 or auto (got {value!r})")
+        raise ValueError(f"expected a whole number >= {least} or auto (got {value!r})")
 
 
 class DecodeConfig(_Section):

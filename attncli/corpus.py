@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from attncli.atomic import (
-    TEMP_PREFIX,
     atomic_write_json,
     remove_folder,
     remove_temp_entries,
@@ -49,9 +48,11 @@ from attncli.data import (
     split_source,
 )
 from attncli.errors import AttncliError
+from attncli.runs import RunPaths, check_writable
 from attncli.tokenizer import (
+    install_models,
     model_file_bytes,
-    model_sides,
+    run_models,
     tokenizer_from_bytes,
     train_models,
 )
@@ -74,19 +75,6 @@ def cache_root(cfg: DataConfig) -> Path:
         return Path(os.environ["ATTNCLI_CACHE_DIR"]).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(xdg) / "attncli"
-
-
-def check_cache_writable(root: Path) -> None:
-    """Fail before any work when the cache folder cannot be created or written."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f"{TEMP_PREFIX}probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise AttncliError(f"{root}: the data cache folder cannot be written ({err.strerror}); "
-                           f"set data.cache_dir or $ATTNCLI_CACHE_DIR to a writable folder"
-                           ) from None
 
 
 def _key(parts: dict) -> str:
@@ -128,19 +116,6 @@ def _tokenizer_key(config: Config, source: SplitSource) -> str:
                  "tokenizer": tok, "sample_seed": SAMPLE_SEED})
 
 
-def _read_models(folder: Path, joint: bool) -> dict[str | None, bytes] | None:
-    files = {side: folder / ("spm.model" if side is None else f"spm.{side}.model")
-             for side in model_sides(joint)}
-    if not all(path.is_file() for path in files.values()):
-        return None
-    models = {side: path.read_bytes() for side, path in files.items()}
-    try:
-        tokenizer_from_bytes(models)
-    except AttncliError:
-        return None
-    return models
-
-
 def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
                       ) -> dict[str | None, bytes]:
     """The serialized tokenizer model(s) for a new run: `tokenizer.model_file`, a cached one
@@ -149,10 +124,12 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     if cfg.model_file:
         return model_file_bytes(cfg)
     folder = root / "tokenizers" / _tokenizer_key(config, source)
-    models = _read_models(folder, cfg.joint)
-    if models is not None:
+    try:  # the cached files are named as in a run folder
+        models = run_models(RunPaths(folder), cfg.joint)
         log(f"tokenizer: reusing {folder}")
         return models
+    except AttncliError:
+        pass  # not cached yet, or damaged: train it
     started = time.perf_counter()
     ds = _limited(open_split(source), config.data.train_limit)
     texts = sampled_texts(ds, cfg.sample_size)
@@ -164,8 +141,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         remove_folder(folder)
     remove_temp_entries(folder.parent, f"{folder.name}.*")
     with staged_folder(folder) as staging:
-        for side, data in models.items():
-            (staging / ("spm.model" if side is None else f"spm.{side}.model")).write_bytes(data)
+        install_models(models, RunPaths(staging))
     log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
         f"{min(len(ds), cfg.sample_size):,} of {len(ds):,} pairs in "
         f"{time.perf_counter() - started:.1f} s -> {folder}")
@@ -409,7 +385,8 @@ def prepare_training_data(config: Config, log: Log,
     tokenized train and val splits (cached or tokenized now). Nothing is written outside the
     cache, so bad data leaves no run folder behind."""
     root = cache_root(config.data)
-    check_cache_writable(root)
+    check_writable(root, "the data cache", "set data.cache_dir or $ATTNCLI_CACHE_DIR to a "
+                                           "writable folder")
     check_training_sources(config.data)
     train_source = split_source(config.data, "train")
     val_source = split_source(config.data, "val")

@@ -57,13 +57,6 @@ class ParallelText:
     def __len__(self) -> int:
         return len(self.src)
 
-    def head(self, limit: int | None) -> ParallelText:
-        """The first `limit` pairs (all when None): quick experiments and tests."""
-        if limit is None or limit >= len(self):
-            return self
-        return ParallelText(self.src[:limit], self.tgt[:limit], self.name, self.split,
-                            self.dropped_empty)
-
 
 def data_dirs() -> list[Path]:
     """The local folders searched for a data set, in order."""

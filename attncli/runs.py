@@ -149,7 +149,8 @@ def find_latest_run(runs_dir: Path = Path("runs")) -> RunPaths:
     return RunPaths(newest.parent.parent)
 
 
-def check_writable(folder: Path) -> None:
+def check_writable(folder: Path, what: str = "run folders",
+                   fix: str = "choose another with --runs-dir") -> None:
     """Make `folder` (if needed) and prove a file can be created there, before any work."""
     folder = Path(folder)
     try:
@@ -158,8 +159,8 @@ def check_writable(folder: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise AttncliError(f"{folder}: cannot write run folders here "
-                           f"({err.strerror or err}); choose another with --runs-dir") from None
+        raise AttncliError(f"{folder}: cannot write {what} here ({err.strerror or err}); {fix}"
+                           ) from None
 
 
 class MetricsLog:

@@ -147,8 +147,8 @@ def run_models(paths: RunPaths, joint: bool) -> dict[str | None, bytes]:
     """The run's serialized model(s) by side (what a token cache is keyed on), checked."""
     models = {}
     for side in model_sides(joint):
-        _load_one(paths.spm_model(side))
-        models[side] = paths.spm_model(side).read_bytes()
+        models[side] = _model_bytes(paths.spm_model(side))
+        _from_proto(models[side], str(paths.spm_model(side)))
     return models
 
 
@@ -179,10 +179,14 @@ def _from_proto(data: bytes, what: str) -> spm.SentencePieceProcessor:
     return proc
 
 
-def _load_one(path: Path) -> spm.SentencePieceProcessor:
+def _model_bytes(path: Path) -> bytes:
     if not path.is_file():
         raise AttncliError(f"{path}: SentencePiece model missing")
-    return _from_proto(path.read_bytes(), str(path))
+    return path.read_bytes()
+
+
+def _load_one(path: Path) -> spm.SentencePieceProcessor:
+    return _from_proto(_model_bytes(path), str(path))
 
 
 def check_model_file(cfg: TokenizerConfig) -> None:

@@ -155,4 +155,4 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
     blocker.write_text("not a folder")
     result = run_cli("prepare", SMALL, "--set", f"data.cache_dir={blocker}/cache",
                      data_dir=data_dir)
-    assert_one_line_error(result, "the data cache folder cannot be written")
+    assert_one_line_error(result, "cannot write the data cache here")
