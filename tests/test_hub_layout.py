@@ -70,6 +70,11 @@ def test_training_on_a_hub_layout_subset(data_dir, tmp_path):
     bad = train(data_dir, tmp_path / "runs", SMALL,
                 sets=[f"data.dataset={tmp_path / 'wmt-toy'}", "data.subset=cs-en"])
     assert_one_line_error(bad, "no subset 'cs-en'")
+    no_french = train(data_dir, tmp_path / "runs", SMALL,
+                      sets=[f"data.dataset={tmp_path / 'wmt-toy'}", "data.subset=de-en",
+                            "data.tgt=fr"])
+    assert_one_line_error(no_french, "no language 'fr' in this data set (it has: de, en)")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["nested"]
 
 
 class _HubSplit:
