@@ -86,6 +86,10 @@ def resolve_dataset(name: str, subset: str | None = None) -> Path:
         looked.append(str(folder))
         if folder.is_dir() and _has_split_file(folder):
             return folder
+        if subset and candidate.is_dir() and _has_split_file(candidate):
+            raise AttncliError(f"{candidate}: this data set has no subsets (its splits are "
+                               f"files here), so data.subset {subset!r} cannot be found; set "
+                               f"data.subset to null")
     named = Path(name)
     if subset and named.is_dir():  # a folder the user named: no Hub download to fall back on
         have = [item.name for item in sorted(named.iterdir())
@@ -133,7 +137,9 @@ def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path
 def _save_hub_copy(hub_id: str, subset: str | None, target: Path) -> None:
     """Download every split as JSON Lines into a temp folder that becomes `target` when done."""
     import datasets
+    import huggingface_hub
 
+    huggingface_hub.utils.logging.set_verbosity_error()  # no retry chatter: one error line
     remote = datasets.load_dataset(hub_id, subset)
     with staged_folder(target) as folder:
         for split, ds in remote.items():

@@ -75,6 +75,8 @@ def test_training_on_a_hub_layout_subset(data_dir, tmp_path):
                             "data.tgt=fr"])
     assert_one_line_error(no_french, "no language 'fr' in this data set (it has: de, en)")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["nested"]
+    flat = train(data_dir, tmp_path / "runs", SMALL, sets=["data.subset=de-en"])
+    assert_one_line_error(flat, "this data set has no subsets")
 
 
 class _HubSplit:
