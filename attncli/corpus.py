@@ -89,6 +89,25 @@ def _limited(ds, limit: int | None):
     return ds.select(range(limit)) if limit is not None and limit < len(ds) else ds
 
 
+def _write_entry(folder: Path, fill: Callable[[Path], None]) -> None:
+    """`fill` a temp folder that becomes the cache entry `folder` in one rename.
+
+    A damaged entry is removed first, and so are the temp folders a killed build of it left.
+    When the rename finds the entry there, another process built it meanwhile: theirs is kept.
+    Anything else the disk refuses is one line, and nothing is kept.
+    """
+    if folder.exists():
+        remove_folder(folder)
+    remove_temp_entries(folder.parent, f"{folder.name}.*")
+    try:
+        with staged_folder(folder) as staging:
+            fill(staging)
+    except OSError as err:
+        if not folder.is_dir():
+            raise AttncliError(f"{folder.parent}: cannot write the data cache "
+                               f"({err.strerror or err}); nothing was kept") from None
+
+
 # -- the tokenizer -------------------------------------------------------------------------------
 
 
@@ -137,11 +156,8 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    if folder.exists():
-        remove_folder(folder)
-    remove_temp_entries(folder.parent, f"{folder.name}.*")
-    with staged_folder(folder) as staging:
-        install_models(models, RunPaths(staging))
+    _write_entry(folder, lambda staging: install_models(models, RunPaths(staging)))
+    models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
         f"{min(len(ds), cfg.sample_size):,} of {len(ds):,} pairs in "
         f"{time.perf_counter() - started:.1f} s -> {folder}")
@@ -318,27 +334,23 @@ def _open_entry(folder: Path, key: str) -> TokenizedSplit | None:
 _COLUMNS = ("src_ids", "tgt_ids", "src_len", "tgt_len")
 
 
-def _build_entry(folder: Path, key: str, source: SplitSource, models: dict[str | None, bytes],
-                 data_cfg: DataConfig, limit: int | None) -> int:
-    """Tokenize the split into `folder` (staged, renamed when complete); returns the workers."""
+def _tokenize_into(folder: Path, key: str, source: SplitSource,
+                   models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None
+                   ) -> None:
+    """Tokenize the split into the (empty) folder `folder`: Arrow files and their manifest."""
     ds = _limited(open_split(source), limit)
     procs = max(1, min(data_cfg.num_proc or os.cpu_count() or 1, len(ds) // ROWS_PER_PROCESS))
-    if folder.exists():
-        remove_folder(folder)
-    remove_temp_entries(folder.parent, f"{folder.name}.*")
-    with staged_folder(folder) as staging:
-        id_type = _id_type(models)
-        table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type), batched=True,
-                       batch_size=1000, num_proc=procs if procs > 1 else None,
-                       remove_columns=ds.column_names, features=_features(id_type),
-                       load_from_cache_file=False,
-                       cache_file_name=str(staging / "tokens.arrow"), desc=None)
-        files = [Path(entry["filename"]) for entry in table.cache_files]
-        atomic_write_json(staging / "manifest.json", {
-            "key": key, "format": CACHE_FORMAT, "rows": len(table), "max_len": data_cfg.max_len,
-            "source": source.identity(), "split": source.split,
-            "files": [{"name": path.name, "bytes": path.stat().st_size} for path in files]})
-    return procs
+    id_type = _id_type(models)
+    table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type), batched=True,
+                   batch_size=1000, num_proc=procs if procs > 1 else None,
+                   remove_columns=ds.column_names, features=_features(id_type),
+                   load_from_cache_file=False, cache_file_name=str(folder / "tokens.arrow"),
+                   desc=None)
+    files = [Path(entry["filename"]) for entry in table.cache_files]
+    atomic_write_json(folder / "manifest.json", {
+        "key": key, "format": CACHE_FORMAT, "rows": len(table), "max_len": data_cfg.max_len,
+        "source": source.identity(), "split": source.split, "processes": procs,
+        "files": [{"name": path.name, "bytes": path.stat().st_size} for path in files]})
 
 
 def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_cfg: DataConfig,
@@ -355,13 +367,15 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
     if folder.exists():
         log(f"cache: {folder} is incomplete or damaged; tokenizing again")
     started = time.perf_counter()
-    procs = _build_entry(folder, key, source, models, data_cfg, limit)
+    _write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
+                                                        limit))
     split = _open_entry(folder, key)
     if split is None:
         raise AttncliError(f"{folder}: the token cache just written does not read back; is "
                            f"the disk full?")
     log(f"cache: tokenized the {source.split} split ({split.manifest['rows']:,} pairs) in "
-        f"{time.perf_counter() - started:.1f} s with {procs} process(es) -> {folder}")
+        f"{time.perf_counter() - started:.1f} s with {split.manifest['processes']} process(es) "
+        f"-> {folder}")
     return split
 
 

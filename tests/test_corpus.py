@@ -156,3 +156,34 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
     result = run_cli("prepare", SMALL, "--set", f"data.cache_dir={blocker}/cache",
                      data_dir=data_dir)
     assert_one_line_error(result, "cannot write the data cache here")
+
+
+def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypatch):
+    import shutil
+
+    real = corpus_module._tokenize_into
+
+    def racing(folder, key, *args):
+        real(folder, key, *args)
+        shutil.copytree(folder, folder.parent / key)  # the other process renames first
+
+    monkeypatch.setattr(corpus_module, "_tokenize_into", racing)
+    data, lines = _prepare(_config(toy, tmp_path / "cache"))
+    assert len(data.train) == 300
+    leftovers = [p.name for p in (tmp_path / "cache" / "corpora").iterdir()]
+    assert all(not name.startswith(".tmp-") for name in leftovers)
+
+
+def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_path, monkeypatch):
+    import errno
+
+    from attncli.errors import AttncliError
+
+    def full(folder, *args):
+        (folder / "tokens.arrow").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(corpus_module, "_tokenize_into", full)
+    with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
+        _prepare(_config(toy, tmp_path / "cache"))
+    assert list((tmp_path / "cache" / "corpora").iterdir()) == []
