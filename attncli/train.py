@@ -19,6 +19,7 @@ from torch import nn
 from attncli.batching import Batch
 from attncli.config import TrainConfig
 from attncli.device import autocast, compute_dtype
+from attncli.progress import Reporter
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
@@ -101,61 +102,6 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequ
 # --------------------------------------------------------------------------------------------
 # The training run: data -> tokenizer -> model -> updates -> validation -> checkpoints
 # --------------------------------------------------------------------------------------------
-
-
-class Reporter:
-    """Prints progress: a rich progress bar on a terminal, plain lines otherwise (CI, logs).
-
-    Every line also goes to train.log, so a run folder explains itself afterwards.
-    """
-
-    def __init__(self, log_path, total_steps: int | None, start_step: int,
-                 earlier: Sequence[str] = ()):
-        """`earlier`: lines printed before the run folder existed, added to train.log."""
-        import sys
-
-        from rich.console import Console
-
-        self.log_path = log_path
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in earlier)
-        self.console = Console(stderr=False)
-        self.interactive = sys.stdout.isatty()
-        self.progress = None
-        if self.interactive:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.progress = Progress(
-                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                TimeRemainingColumn(), console=self.console, transient=False,
-            )
-            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
-                                               figures="")
-            self.progress.start()
-
-    def line(self, text: str) -> None:
-        with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
-        if self.progress is not None:
-            self.progress.console.print(text, highlight=False, markup=False)
-        else:
-            print(text, flush=True)
-
-    def step(self, step: int, figures: str) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=step, figures=figures)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 class _StopSignal:

@@ -1,0 +1,61 @@
+"""What the user sees while training: a progress bar on a terminal, plain lines otherwise,
+and every line in the run's train.log."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class Reporter:
+    """Prints progress: a rich progress bar on a terminal, plain lines otherwise (CI, logs).
+
+    Every line also goes to train.log, so a run folder explains itself afterwards.
+    """
+
+    def __init__(self, log_path, total_steps: int | None, start_step: int,
+                 earlier: Sequence[str] = ()):
+        """`earlier`: lines printed before the run folder existed, added to train.log."""
+        import sys
+
+        from rich.console import Console
+
+        self.log_path = log_path
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in earlier)
+        self.console = Console(stderr=False)
+        self.interactive = sys.stdout.isatty()
+        self.progress = None
+        if self.interactive:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[figures]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=self.console, transient=False,
+            )
+            self.task = self.progress.add_task("train", total=total_steps, completed=start_step,
+                                               figures="")
+            self.progress.start()
+
+    def line(self, text: str) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+        if self.progress is not None:
+            self.progress.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, flush=True)
+
+    def step(self, step: int, figures: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, figures=figures)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
