@@ -240,6 +240,7 @@ class _MappedTable:
     def __init__(self, files: list[Path]):
         import pyarrow as pa
 
+        self.files = files
         self.maps = []
         for path in files:
             with open(path, "rb") as f:
@@ -251,6 +252,10 @@ class _MappedTable:
         self.views = {name: [(chunk.offsets.to_numpy(), chunk.values.to_numpy())
                              for chunk in self.table.column(name).chunks]
                       for name in ("src_ids", "tgt_ids")}
+
+    def __reduce__(self):
+        """Pickled as its file names (a DataLoader worker started by spawn maps them anew)."""
+        return _MappedTable, (self.files,)
 
     def gather(self, name: str, rows: np.ndarray) -> np.ndarray:
         """The ids of `rows` in column `name`, back to back."""
@@ -270,8 +275,9 @@ class _MappedTable:
         within an epoch the whole file (about 1 GB for WMT14) counted as this process's resident
         memory although it only ever needed a few pages at a time.
         """
-        for mapped in self.maps:
-            mapped.madvise(mmap.MADV_DONTNEED)
+        if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+            for mapped in self.maps:
+                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 class TokenizedSplit:

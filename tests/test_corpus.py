@@ -187,3 +187,12 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_pat
     with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
         _prepare(_config(toy, tmp_path / "cache"))
     assert list((tmp_path / "cache" / "corpora").iterdir()) == []
+
+
+def test_a_split_survives_pickling_for_spawned_workers(toy, tmp_path):
+    import pickle
+
+    data, _ = _prepare(_config(toy, tmp_path / "cache"))
+    copy = pickle.loads(pickle.dumps(data.train))
+    tokenizer = tokenizer_from_bytes(data.models)
+    assert _ids(copy, tokenizer) == _ids(data.train, tokenizer)
