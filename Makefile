@@ -8,7 +8,7 @@ CONFIG ?= configs/small.yaml
 ATTNCLI_DATA_DIR ?= $(if $(wildcard ../shared/data/README.md),$(abspath ../shared/data),$(abspath data))
 export ATTNCLI_DATA_DIR
 
-.PHONY: train test lint bench clean
+.PHONY: train test lint bench gpu-check clean
 
 # torch first, pinned: with no torch installed a loose requirement would pull the newest build.
 $(BIN)/.base: pyproject.toml
@@ -33,6 +33,10 @@ lint: $(BIN)/.dev
 
 bench: $(BIN)/.base
 	$(BIN)/attncli bench --device cpu
+
+# On a machine with CUDA (see benchmarks/gpu_check.py): CUDA tests, bench, a timed base.yaml run.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

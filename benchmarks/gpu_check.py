@@ -1,0 +1,131 @@
+"""One command that checks attncli's CUDA path on a machine with a GPU, unattended, in about
+ten minutes, and prints one summary.
+
+    python benchmarks/gpu_check.py [--out DIR] [--minutes 5]     (or: make gpu-check)
+
+Steps, each a process of its own; a failed step is reported and the next one still runs:
+1. the CUDA tests (`pytest -k cuda`, the ones CI skips);
+2. `attncli bench --device cuda --json` with configs/base.yaml (tokens/s and MFU of the paper's
+   base model, decoding speed);
+3. a timed `configs/base.yaml` run on Multi30k (`train.max_minutes`, default 5) on the GPU,
+   then `attncli eval` of it (beam 4, test BLEU and chrF);
+4. when two GPUs are present, a 2-process `torchrun` smoke run (skipped while attncli trains
+   in one process only: it says so).
+
+Needs Multi30k where attncli finds it (`$ATTNCLI_DATA_DIR/multi30k`) and attncli's
+dependencies importable (`python -c "import attncli.cli"` is the first check). Exit status 0
+only when every step that ran passed. Everything lands in `--out` (default /tmp/attncli-gpu):
+logs, bench.json, the run folder and summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def step(name: str, cmd: list[str], log: Path, timeout_s: int) -> dict:
+    """Run `cmd` (output to `log`); its outcome and seconds."""
+    started = time.perf_counter()
+    print(f"== {name}: {' '.join(cmd)}", flush=True)
+    try:
+        with open(log, "w", encoding="utf-8") as out:
+            code = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                   timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+    seconds = round(time.perf_counter() - started, 1)
+    ok = code == 0
+    print(f"   {'ok' if ok else f'FAILED ({code})'} in {seconds} s; log {log}", flush=True)
+    if not ok:
+        print("   " + "\n   ".join(log.read_text(errors="replace").splitlines()[-15:]))
+    return {"ok": ok, "exit": code, "seconds": seconds, "log": str(log)}
+
+
+def attncli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "attncli", *args]
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def bench_figures(path: Path) -> dict:
+    """tokens/s, MFU and peak memory of the training step from bench.json."""
+    try:
+        report = json.loads(path.read_text())
+        row = report["suites"]["train"]["rows"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return {}
+    return {"device": report.get("device_name"), "train_tgt_tokens_per_s":
+            round(row["tgt_tokens_per_s"]), "mfu": round(row["mfu"], 3),
+            "train_peak_mib": round(row["step"].get("peak_mem_bytes", 0) / 2**20)}
+
+
+def eval_figures(run: Path) -> dict:
+    try:
+        scores = json.loads((run / "eval" / "test.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {"test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
+            "decode_sentences_per_s": scores["sentences_per_s"]}
+
+
+def training_figures(run: Path) -> dict:
+    """Updates reached and the median logged training rate of the timed run."""
+    try:
+        events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    except (OSError, ValueError):
+        return {}
+    rates = sorted(e["tokens_per_s"] for e in events if e.get("event") == "train")
+    steps = [e["step"] for e in events if "step" in e]
+    return {"run_updates": max(steps, default=0),
+            "run_tgt_tokens_per_s": rates[len(rates) // 2] if rates else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/attncli-gpu"))
+    parser.add_argument("--minutes", type=float, default=5.0, help="training time of step 3")
+    args = parser.parse_args()
+    out = args.out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    results = {"imports": step("imports", [sys.executable, "-c", "import attncli.cli"],
+                               out / "imports.log", 120)}
+    if not results["imports"]["ok"] or gpu_count() == 0:
+        print("no CUDA device or attncli cannot be imported: nothing more to check")
+        return 1
+    results["cuda_tests"] = step("CUDA tests", [sys.executable, "-m", "pytest", "-q", "-k",
+                                                "cuda", "tests"], out / "tests.log", 300)
+    results["bench"] = step("bench", attncli(
+        "bench", "--device", "cuda", "--config", "configs/base.yaml", "--json",
+        str(out / "bench.json")), out / "bench.log", 240)
+    run = out / "runs" / "base"
+    results["train"] = step("timed base.yaml run", attncli(
+        "train", "configs/base.yaml", "--device", "cuda", "--runs-dir", str(out / "runs"),
+        "--name", "base", "--set", f"train.max_minutes={args.minutes}", "--set",
+        "train.max_steps=100000", "--set", "train.eval_every=1000000", "--set",
+        "data.valid_limit=200"), out / "train.log", int(args.minutes * 60) + 240)
+    results["eval"] = step("eval", attncli("eval", str(run), "--device", "cuda"),
+                           out / "eval.log", 300)
+    if gpu_count() >= 2:
+        print("== 2-GPU torchrun smoke run: skipped, attncli trains in one process so far")
+    summary = {**bench_figures(out / "bench.json"), **training_figures(run),
+               **eval_figures(run), "steps": results}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k != "steps"}, indent=1))
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
