@@ -140,27 +140,31 @@ def _join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def rng_state() -> dict[str, Any]:
-    """Python and torch RNG states as JSON-friendly data (torch state as base64 bytes)."""
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Python and torch RNG states as JSON-friendly data (torch state as base64 bytes), and
+    the state of the CUDA device the run uses: not every visible GPU's, so a CPU run saves none
+    and a run resumes on a machine with fewer GPUs."""
     state = {
         "python": _jsonable(random.getstate()),
         "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = [base64.b64encode(s.numpy().tobytes()).decode()
-                         for s in torch.cuda.get_rng_state_all()]
+    if device.type == "cuda":
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state(device).numpy().tobytes()
+                                         ).decode()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    """Restore what `rng_state` saved; a CUDA state is restored only when training on CUDA."""
     random.setstate(_tupled(state["python"]))
     torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])),
                                          dtype=torch.uint8))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([
-            torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8)
-            for s in state["cuda"]
-        ])
+    saved = state.get("cuda")
+    if isinstance(saved, list):  # attncli 0.2 saved every visible GPU's state
+        saved = saved[0] if saved else None
+    if saved is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(saved)),
+                                                  dtype=torch.uint8), device)
 
 
 def _jsonable(x: Any) -> Any:
@@ -197,7 +201,7 @@ def save_checkpoint(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Op
             _phase("optimizer", step)
             atomic_write_json(folder / STATE_FILE, {
                 **state, "format": FORMAT, "model_fingerprint": fingerprint,
-                "optimizer": opt_meta, "rng": rng_state()})
+                "optimizer": opt_meta})
             _phase("state", step)
         _phase("renamed", step)
         pointers = {"last": paths.step_dir(step).name}

@@ -192,9 +192,10 @@ class Trainer:
 
     def state(self) -> dict:
         from attncli.batching import BATCHING
+        from attncli.checkpoint import rng_state
 
         return {**{key: getattr(self, key) for key in self._RESTORED},
-                "batching": BATCHING,
+                "batching": BATCHING, "rng": rng_state(self.device),
                 "elapsed_s": self.elapsed,
                 "scheduler": {"kind": "inverse_sqrt", "peak_lr": self.cfg.lr,
                               "warmup_steps": self.cfg.warmup_steps}}
@@ -221,7 +222,7 @@ class Trainer:
             setattr(self, key, state[key])
         self.elapsed = state["elapsed_s"]
         self.saved_step = self.step
-        set_rng_state(state["rng"])
+        set_rng_state(state["rng"], self.device)
         return folder
 
     def save(self) -> None:

@@ -327,3 +327,17 @@ def test_a_position_in_batches_cut_another_way_is_not_resumed(runs, data_dir):
     state_file.write_text(json.dumps(state))
     result = resume(data_dir, run, "train.max_steps=8")
     assert_one_line_error(result, "cannot resume exactly")
+
+
+def test_a_cpu_run_saves_no_gpu_random_state_and_ignores_one(runs):
+    """Only the training device's generator is saved; a GPU state (attncli 0.2 saved every
+    visible GPU's) does not stop a resume on a machine without that GPU."""
+    from attncli.checkpoint import rng_state, set_rng_state
+
+    state = json.loads((runs / "straight" / "checkpoints" / "step-6" / "state.json").read_text())
+    assert "cuda" not in state["rng"]
+    cpu = torch.device("cpu")
+    saved = {**rng_state(cpu), "cuda": ["bm90IGEgc3RhdGU="] * 8}
+    expected = torch.rand(3)
+    set_rng_state(saved, cpu)
+    assert torch.equal(torch.rand(3), expected)
