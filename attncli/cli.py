@@ -26,14 +26,10 @@ app = typer.Typer(
 )
 
 
+DEVICE_OPTION = typer.Option(
+    "auto", "--device", help="auto (CUDA when present), cpu, cuda or cuda:N (the N-th GPU).")
 CHECKPOINT_HELP = ("Which checkpoint: best, last, averaged (see `attncli average`) or step-N "
                    "(one of the run's checkpoints/step-N folders).")
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
 
 
 class Split(str, Enum):
@@ -75,7 +71,7 @@ def train(
         None, "--name", help="Run folder name under --runs-dir (default: config name + time)."
     ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
-    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    device: str = DEVICE_OPTION,
     resume: Path | None = typer.Option(
         None, "--resume", help="Continue the run in this folder from its last checkpoint."
     ),
@@ -86,7 +82,7 @@ def train(
     checked, resumed = training_config(config, set_, resume)  # before torch loads: fails fast
     from attncli.train import train_command
 
-    train_command(checked, resumed, config, name, runs_dir, device.value)
+    train_command(checked, resumed, config, name, runs_dir, device)
 
 
 @app.command()
@@ -115,13 +111,13 @@ def eval_(
         None, "--beam", min=1, help="Beam size (default: the run's decode.beam; 1 = greedy)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
-    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    device: str = DEVICE_OPTION,
     checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
     from attncli.evaluate import eval_command
 
-    eval_command(run_dir, split.value, data, beam, json_out, device.value, checkpoint)
+    eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint)
 
 
 @app.command()
@@ -149,7 +145,7 @@ def translate(
     head: int | None = typer.Option(
         None, "--head", help="Attention head to show (default: the mean over heads)."
     ),
-    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    device: str = DEVICE_OPTION,
     checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
@@ -157,7 +153,7 @@ def translate(
 
     translate_command(
         text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
-        attention_png, layer, head, device.value, checkpoint,
+        attention_png, layer, head, device, checkpoint,
     )
 
 
@@ -174,7 +170,7 @@ def average(
 
 @app.command()
 def bench(
-    device: Device = typer.Option(Device.auto, "--device", help="auto picks CUDA when present."),
+    device: str = DEVICE_OPTION,
     suite: Suite = typer.Option(Suite.all, "--suite", help="Which benchmarks to run."),
     config: Path | None = typer.Option(
         None, "--config", help="Model config for the train/infer suites (default: small.yaml)."
@@ -186,7 +182,7 @@ def bench(
     """Measure attention kernels, training throughput (with MFU) and decoding speed."""
     from attncli.bench import bench_command
 
-    bench_command(device.value, suite.value, config, json_file, warmup, repeats)
+    bench_command(device, suite.value, config, json_file, warmup, repeats)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import torch
@@ -12,15 +13,24 @@ from attncli.errors import AttncliError
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when present else cpu; 'cuda' without CUDA is a user error (exit 2)."""
+    """'auto' -> cuda when present else cpu; 'cuda:N' picks a GPU; a device this machine does
+    not have is a user error (exit 2)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise AttncliError("--device cuda: CUDA is not available on this machine "
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
+    if match is None:
+        raise AttncliError(f"--device {name}: expected auto, cpu, cuda or cuda:N")
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise AttncliError(f"--device {name}: CUDA is not available on this machine "
                            f"(torch {torch.__version__}); use --device cpu")
-    if name not in ("cpu", "cuda"):
-        raise AttncliError(f"--device {name}: expected auto, cpu or cuda")
-    return torch.device(name)
+    index = int(match.group(1)) if match.group(1) else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise AttncliError(f"--device {name}: this machine has {torch.cuda.device_count()} "
+                           f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    torch.cuda.set_device(index)  # kernels and allocations without an explicit device go there
+    return torch.device("cuda", index)
 
 
 def cpu_supports_bf16() -> bool:

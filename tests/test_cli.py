@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import SMALL, assert_one_line_error, run_cli
 
 from attncli import __version__
 
@@ -53,3 +54,20 @@ def test_help_and_bad_train_input_answer_before_torch_loads(args, code, tmp_path
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert out.stdout.splitlines()[-1] == f"exit {code} False"
+
+
+@pytest.mark.parametrize("device, expected", [
+    ("tpu", "--device tpu: expected auto, cpu, cuda or cuda:N"),
+    ("cuda:1", "--device cuda:1: CUDA is not available"),
+])
+def test_a_device_this_machine_lacks_is_one_line(device, expected, data_dir, tmp_path):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        expected = "--device cuda:1: this machine has" if torch.cuda.device_count() < 2 else ""
+        if not expected:
+            pytest.skip("this machine has a cuda:1")
+    result = run_cli("train", SMALL, "--device", device, "--runs-dir", str(tmp_path),
+                     data_dir=data_dir)
+    assert_one_line_error(result, expected)
+    assert list(tmp_path.iterdir()) == []
