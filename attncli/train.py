@@ -258,11 +258,14 @@ class Trainer:
         return total / max(tokens, 1)
 
     def validation_bleu(self) -> float:
+        from attncli.device import resolve_decode_precision
         from attncli.evaluate import corpus_scores, translate_texts
 
-        self.model.eval()
+        self.model.eval()  # decoded at eval's precision, so `best` is chosen as it is scored
         results = translate_texts(self.model, self.tokenizer, self.val_src,
-                                  self.config.decode, 1, 1, self.device)
+                                  self.config.decode, 1, 1, self.device,
+                                  precision=resolve_decode_precision(self.cfg.precision,
+                                                                     self.device))
         hyps = [self.tokenizer.decode_tgt(r[0].tokens) for r in results]
         return corpus_scores(hyps, self.val_ref, self.config.data.tgt)["bleu"]
 
