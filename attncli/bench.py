@@ -37,6 +37,7 @@ from attncli import __version__
 from attncli.batching import Batch, collate, pad, token_batches
 from attncli.config import Config, ModelConfig, load_config
 from attncli.device import (
+    allow_tf32,
     autocast,
     resolve_decode_precision,
     resolve_device,
@@ -751,9 +752,7 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
     else:
         cfg = load_config(config or default_config_path(dev))
     set_threads(cfg.train.threads)
-    if dev.type == "cuda":  # fp32 matmuls (outside bf16 autocast) may use TF32 tensor cores
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    allow_tf32(dev)  # as training does
     console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding
     report = run_bench(dev, suites, cfg, warmup, repeats, console)
     report["config"] = str(config or default_config_path(dev))

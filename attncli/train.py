@@ -31,14 +31,18 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW; biases, norms and embeddings (the second group) get no weight decay."""
+    """AdamW; biases, norms and embeddings (the second group) get no weight decay.
+
+    On CUDA the fused kernel (one launch for every parameter), elsewhere `foreach`.
+    """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         (decay if p.dim() > 1 and "embed" not in name else no_decay).append(p)
+    on_cuda = next(model.parameters()).is_cuda
     optimizer = torch.optim.AdamW([{"params": decay}, {"params": no_decay}], lr=cfg.lr,
-                                  foreach=True)
+                                  fused=on_cuda or None, foreach=None if on_cuda else True)
     apply_optimizer_settings(optimizer, cfg)
     return optimizer
 
@@ -487,12 +491,13 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
 
     from attncli.config import save_config
     from attncli.corpus import prepare_training_data
-    from attncli.device import resolve_device, set_threads
+    from attncli.device import allow_tf32, resolve_device, set_threads
     from attncli.runs import check_writable, create_run_dir, default_run_name
     from attncli.tokenizer import install_models, run_models, tokenizer_from_bytes
 
     device = resolve_device(device_name)
     set_threads(config.train.threads)
+    allow_tf32(device)
     if resumed is None:
         check_writable(Path(runs_dir))
     earlier: list[str] = []
