@@ -123,6 +123,8 @@ def trial(work: Path, steps: int, kills: int, in_save: int, seed: int) -> dict:
     while True:
         fresh, n = not run.exists(), len(events)
         last = _last_step(run)
+        if not fresh and last >= steps:
+            break  # a kill came after the final save: the run is complete, nothing to resume
         kill_at = None
         if n in in_save_at and n < kills:
             save_step = max(last, SAVE_EVERY) + SAVE_EVERY * rng.randint(1, 3)
