@@ -44,7 +44,6 @@ from attncli.data import (
     SplitSource,
     check_training_sources,
     load_split,
-    open_split,
     split_source,
 )
 from attncli.errors import AttncliError
@@ -150,7 +149,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     except AttncliError:
         pass  # not cached yet, or damaged: train it
     started = time.perf_counter()
-    ds = _limited(open_split(source), config.data.train_limit)
+    ds = _limited(source.rows, config.data.train_limit)
     texts = sampled_texts(ds, cfg.sample_size)
     if next(texts("src"), None) is None:
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
@@ -344,7 +343,7 @@ def _tokenize_into(folder: Path, key: str, source: SplitSource,
                    models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None
                    ) -> None:
     """Tokenize the split into the (empty) folder `folder`: Arrow files and their manifest."""
-    ds = _limited(open_split(source), limit)
+    ds = _limited(source.rows, limit)
     procs = max(1, min(data_cfg.num_proc or os.cpu_count() or 1, len(ds) // ROWS_PER_PROCESS))
     id_type = _id_type(models)
     table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type), batched=True,

@@ -27,6 +27,7 @@ naming the languages), or plain parallel text ``<split>.<lang>``.
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,6 +192,12 @@ class SplitSource:
     @property
     def is_table(self) -> bool:
         return len(self.files) == 1
+
+    @functools.cached_property
+    def rows(self):
+        """`open_split(self)`, read once: the tokenizer's sample and the tokenization share it
+        (the UTF-8 check alone reads the whole file)."""
+        return open_split(self)
 
     def identity(self) -> list:
         """What the files are (path, size, modification time): a cache key without reading
