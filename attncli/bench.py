@@ -45,6 +45,7 @@ from attncli.device import (
     resolve_precision,
     set_threads,
 )
+from attncli.distributed import SummedLoss
 from attncli.errors import AttncliError
 from attncli.model.attention import (
     AdditiveScore,
@@ -417,11 +418,12 @@ def _train_runner(model: nn.Module, cfg: Config, batches: list[Batch], device: t
                   precision: str, seen: list[Batch]) -> Callable[[], object]:
     """One optimizer update per call, cycling through ``batches``; ``seen`` logs which."""
     optimizer = make_optimizer(model, cfg.train)
+    loss_fn = SummedLoss(model)
 
     def step() -> None:
         batch = batches[len(seen) % len(batches)]
         seen.append(batch)
-        train_step(model, optimizer, [batch], cfg.train, cfg.train.lr, device, precision)
+        train_step(loss_fn, optimizer, [batch], cfg.train, cfg.train.lr, device, precision)
     return step
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from attncli import __version__
-from attncli.errors import AttncliError
+from attncli.errors import AttncliError, reported_here
 
 app = typer.Typer(
     name="attncli",
@@ -75,11 +75,24 @@ def train(
     resume: Path | None = typer.Option(
         None, "--resume", help="Continue the run in this folder from its last checkpoint."
     ),
+    nproc: int = typer.Option(
+        1, "--nproc", min=1, help="Train with N processes on this machine (torchrun's launcher: "
+        "one per GPU with --device cuda, gloo on CPU). Same as `torchrun --nproc_per_node N -m "
+        "attncli train ...`; for several machines use torchrun itself (see the README)."
+    ),
 ) -> None:
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
     from attncli.runs import training_config
 
     checked, resumed = training_config(config, set_, resume)  # before torch loads: fails fast
+    if nproc > 1 and not os.environ.get("LOCAL_RANK"):
+        from attncli.config import check_process_shares
+
+        check_process_shares(checked.train, nproc)
+        from attncli.distributed import launch
+
+        launch(nproc, sys.argv[1:])  # each process comes back here, with LOCAL_RANK set
+        return
     from attncli.train import train_command
 
     train_command(checked, resumed, config, name, runs_dir, device)
@@ -195,7 +208,8 @@ def main() -> None:
         # holds whether typer uses click or its own vendored copy of it.
         app()
     except AttncliError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if reported_here(err):
+            print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception as err:  # a real bug: one line unless asked for the traceback
         if os.environ.get("ATTNCLI_DEBUG"):

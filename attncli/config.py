@@ -356,6 +356,18 @@ def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
                 f"run for that. May change: {_may_change_summary()}")
 
 
+def check_process_shares(train: TrainConfig, processes: int) -> None:
+    """An update's batches must split evenly between the training processes, so the tokens per
+    update stay what the config says whatever their number."""
+    if train.accum_steps % processes:
+        raise AttncliError(
+            f"train.accum_steps={train.accum_steps} with {processes} processes: an update is "
+            f"accum_steps batches of train.batch_tokens, shared between the processes, so "
+            f"accum_steps must be a multiple of {processes} (e.g. --set train.accum_steps="
+            f"{processes * (train.accum_steps // processes + 1)}, and divide train.batch_tokens "
+            f"by the same factor to keep the tokens per update)")
+
+
 def model_fingerprint(model: ModelConfig) -> str:
     """A short hash of what shapes the weights (keys that --resume may change are left out)."""
     free = RESUME_MAY_CHANGE["model"] or frozenset()

@@ -1,10 +1,28 @@
-"""One exception type for every problem the user can fix.
+"""The exception type for every problem the user can fix, and which process reports it.
 
 The CLI turns an `AttncliError` into a one-line message and exit code 2; anything
 else is a bug and exits 1. Raising this instead of printing keeps library code
 usable from Python and keeps the "no traceback for bad input" rule in one place.
 """
 
+import os
+
 
 class AttncliError(Exception):
     """A problem with the user's input (config, data, run folder, text): exit code 2."""
+
+
+class PeerFailed(AttncliError):
+    """Another training process died while this one waited for it in a collective."""
+
+
+LAUNCHER_ENV = "ATTNCLI_LAUNCHER"  # set for the processes `attncli train --nproc` starts
+
+
+def reported_here(err: AttncliError) -> bool:
+    """Whether this process prints `err`. Under `attncli train --nproc` one line in all: rank 0
+    says its own errors (every rank meets the same ones) and the launcher says which process
+    died; under plain torchrun every process speaks, as torchrun's users expect."""
+    if os.environ.get(LAUNCHER_ENV) != "1":
+        return True
+    return not isinstance(err, PeerFailed) and os.environ.get("RANK", "0") == "0"

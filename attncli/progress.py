@@ -59,3 +59,13 @@ class Reporter:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+class SilentReporter(Reporter):
+    """Shows nothing: the reporter of the training processes other than rank 0."""
+
+    def __init__(self):
+        self.progress = None
+
+    def line(self, text: str) -> None:
+        pass

@@ -164,18 +164,23 @@ def check_writable(folder: Path, what: str = "run folders",
 
 
 class MetricsLog:
-    """Appends one JSON object per event to metrics.jsonl (flushed at once, so a crash keeps it)."""
+    """Appends one JSON object per event to metrics.jsonl (flushed at once, so a crash keeps it).
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    With no path it keeps nothing: what the training processes other than rank 0 write to.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = Path(path) if path is not None else None
 
     def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
         """Every event; a last line cut short by a kill is left out."""
-        if not self.path.is_file():
+        if self.path is None or not self.path.is_file():
             return []
         text = self.path.read_text("utf-8")
         lines = text.splitlines()
@@ -187,7 +192,7 @@ class MetricsLog:
         """Forget events past `step` (a resumed run replays them); returns how many went."""
         records = self.read()
         kept = [r for r in records if r.get("step", 0) <= step]
-        if self.path.is_file():
+        if self.path is not None and self.path.is_file():
             atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                                  for r in kept))
         return len(records) - len(kept)

@@ -241,14 +241,20 @@ def nan_at(monkeypatch):
 
 def test_a_non_finite_update_is_skipped_and_logged(data_dir, tmp_path, nan_at):
     nan_at({3})
-    result = train(data_dir, tmp_path, SMALL, "--name", "nan", sets=["train.max_steps=6"])
+    result = train(data_dir, tmp_path, SMALL, "--name", "nan",
+                   sets=["train.max_steps=6", "train.save_every=1", "train.keep_checkpoints=10"])
     assert result.returncode == 0, result.stderr
     run = tmp_path / "nan"
     skipped = [r for r in metrics(run) if r["event"] == "skipped"]
     assert [r["step"] for r in skipped] == [3] and "nan" in skipped[0]["reason"]
-    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]
+    assert sorted(losses(run)) == [1, 2, 4, 5, 6]  # update 3 has no training loss
     state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
-    assert state["batch_index"] == 7  # the skipped batch was consumed
+    assert state["batch_index"] == 6  # the skipped update's batch was consumed
+    # The skipped update left the weights and the optimizer state as they were.
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        before = load_file(run / "checkpoints" / "step-2" / name)
+        after = load_file(run / "checkpoints" / "step-3" / name)
+        assert all(torch.equal(before[k], after[k]) for k in before), name
     weights = load_file(run / "checkpoints" / "step-6" / "model.safetensors")
     assert all(bool(torch.isfinite(t).all()) for t in weights.values())
 
@@ -259,14 +265,15 @@ def test_non_finite_updates_in_a_row_stop_the_run_and_keep_the_last_checkpoint(
     result = train(data_dir, tmp_path, SMALL, "--name", "nan",
                    sets=["train.max_steps=8", "train.save_every=2",
                          "train.max_nonfinite_updates=3"])
-    assert_one_line_error(result, "3 non-finite updates in a row")
+    assert_one_line_error(result, "update 7: 3 non-finite updates in a row")
     run = tmp_path / "nan"
-    assert "the last checkpoint (step-4) is intact" in result.stderr
-    assert pointers(run)["last"] == "step-4"
+    # Step 6 (two skipped updates: the weights of step 4) was saved; update 7 made it three.
+    assert "the last checkpoint (step-6) is intact" in result.stderr
+    assert pointers(run)["last"] == "step-6"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "pointers.json", "step-2", "step-4"]
+        "pointers.json", "step-2", "step-4", "step-6"]
     nan_at(set())
-    again = resume(data_dir, run, "train.max_steps=6")
+    again = resume(data_dir, run, "train.max_steps=8")
     assert again.returncode == 0, again.stderr
 
 

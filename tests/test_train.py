@@ -128,3 +128,38 @@ def test_resume_of_a_folder_that_is_not_a_run(tmp_path):
                              (tmp_path / "missing", "does not exist")]:
         result = run_cli("train", "--resume", str(folder))
         assert_one_line_error(result, expected)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_update_with_a_non_finite_gradient_changes_nothing(fused):
+    """The fused optimizer (what CUDA uses) skips on the device through `found_inf`; the
+    foreach one is told on the host. Either way weights and optimizer state stay put, and a
+    finite update after it is what it would have been without the skipped one."""
+    from attncli.train import step_unless_not_finite
+
+    def model_and_optimizer():
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, weight_decay=0.1,
+                                      fused=fused or None, foreach=None if fused else True)
+        return layer, optimizer
+
+    def update(layer, optimizer, scale):
+        layer(torch.ones(2, 4)).sum().mul(scale).backward()
+        norm = torch.nn.utils.get_total_norm([p.grad for p in layer.parameters()])
+        step_unless_not_finite(optimizer, norm)
+        optimizer.zero_grad(set_to_none=True)
+
+    layer, optimizer = model_and_optimizer()
+    update(layer, optimizer, 1.0)
+    before = [p.detach().clone() for p in layer.parameters()]
+    update(layer, optimizer, float("nan"))
+    assert all(torch.equal(a, b) for a, b in zip(before, layer.parameters(), strict=True))
+    assert all(int(s["step"]) == 1 for s in optimizer.state.values())
+    update(layer, optimizer, 1.0)
+
+    plain, plain_optimizer = model_and_optimizer()
+    update(plain, plain_optimizer, 1.0)
+    update(plain, plain_optimizer, 1.0)
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), layer.parameters(),
+                                                strict=True))

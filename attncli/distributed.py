@@ -1,0 +1,254 @@
+"""More than one training process (torchrun): the process group, who writes, each process's
+share of an update, and the decisions every process must take together.
+
+    torchrun --nproc_per_node 2 -m attncli train configs/small.yaml    # or: train --nproc 2
+
+Every process builds the same batch order from the seed (see `batching.token_batches`). An
+update is `train.accum_steps` consecutive batches of that one global stream; process r trains on
+batches r, r + N, r + 2N, ... of it and DistributedDataParallel sums the gradients, so an update
+holds the same tokens whatever the number of processes, and the saved data position (epoch,
+batch index) counts global batches: a run resumes on another number of processes.
+
+Rank 0 alone writes (run folder, tokenizer, metrics, checkpoints, the progress display); the
+others wait for it where they need what it wrote. Stops (a signal, `max_minutes`) are agreed
+over a small CPU (gloo) collective after every update, so all processes stop on the same update.
+
+With one process (no torchrun) every function here is a no-op, and the single-process path pays
+nothing for any of this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from attncli.errors import LAUNCHER_ENV, AttncliError, PeerFailed
+
+T = TypeVar("T")
+# How long a process waits in a collective for the others: rank 0 may be tokenizing a large
+# corpus for the cache while the others wait. A process that dies closes its sockets, and the
+# others fail at once; this bound is only for one that hangs.
+WAIT = datetime.timedelta(minutes=60)
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    host_group: Any = None  # gloo group for CPU-side agreement, even when training on NCCL
+
+    @property
+    def primary(self) -> bool:
+        """The process that writes: run folder, metrics, checkpoints, what the user sees."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def share(self, items: Sequence[T]) -> list[T]:
+        """This process's items of a sequence every process holds: every size-th from rank."""
+        return list(items[self.rank :: self.size])
+
+    def any_of(self, flags: list[bool]) -> list[bool]:
+        """Each flag True on every process when it is True on any (a CPU collective: no GPU
+        sync)."""
+        if not self.distributed:
+            return flags
+        values = torch.tensor(flags, dtype=torch.int32)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX, group=self.host_group)
+        return [bool(v) for v in values.tolist()]
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The element-wise sum over processes of a tensor on the training device."""
+        if self.distributed:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def from_primary(self, obj: T) -> T:
+        """Rank 0's `obj` on every process (what the others pass is ignored)."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.host_group)
+        return box[0]
+
+    def gather(self, obj: T) -> list[T]:
+        """Every process's `obj`, in rank order, on every process."""
+        if not self.distributed:
+            return [obj]
+        boxes: list[Any] = [None] * self.size
+        dist.all_gather_object(boxes, obj, group=self.host_group)
+        return boxes
+
+    def wait_for_primary(self) -> None:
+        """Block until rank 0 gets here too (after it wrote what the others will read)."""
+        if self.distributed:
+            dist.barrier(group=self.host_group)
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _training_device(device_name: str, local_rank: int) -> torch.device:
+    """One GPU per process, chosen by LOCAL_RANK (torchrun's way); the CPU otherwise."""
+    from attncli.device import resolve_device
+
+    if device_name not in ("auto", "cpu", "cuda"):
+        raise AttncliError(f"--device {device_name}: under torchrun each process takes the GPU "
+                           f"of its LOCAL_RANK; use --device cuda (or cpu, or auto)")
+    if resolve_device(device_name).type == "cpu":
+        return torch.device("cpu")
+    if local_rank >= torch.cuda.device_count():
+        raise AttncliError(f"LOCAL_RANK {local_rank}: this machine has "
+                           f"{torch.cuda.device_count()} CUDA device(s); start at most that many "
+                           f"processes per node (--nproc_per_node)")
+    return resolve_device(f"cuda:{local_rank}")
+
+
+def start(device_name: str) -> tuple[World, torch.device]:
+    """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); the device this
+    process trains on. Without torchrun: a world of one and the `--device` asked for."""
+    from attncli.device import resolve_device
+
+    if not launched_by_torchrun():
+        return World(), resolve_device(device_name)
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = _training_device(device_name, local_rank)
+    on_cuda = device.type == "cuda"
+    dist.init_process_group("nccl" if on_cuda else "gloo", timeout=WAIT,
+                            device_id=device if on_cuda else None)
+    host = dist.new_group(backend="gloo", timeout=WAIT) if on_cuda else dist.group.WORLD
+    return World(rank, size, local_rank, host), device
+
+
+def stop(world: World) -> None:
+    """Leave the process group (torchrun waits for every process to)."""
+    if world.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class SummedLoss(nn.Module):
+    """The model's training loss as a module's `forward`: DistributedDataParallel hooks the
+    gradient all-reduce into `forward`, and the training step calls `summed_loss`."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, tgt_in, tgt_out, label_smoothing: float, compute_dtype):
+        return self.model.summed_loss(src, tgt_in, tgt_out, label_smoothing, compute_dtype)
+
+
+def loss_module(model: nn.Module, world: World, device: torch.device) -> nn.Module:
+    """What the training step calls for the loss: wrapped in DistributedDataParallel when
+    there are several processes (which also makes every process start from rank 0's weights)."""
+    module = SummedLoss(model)
+    if not world.distributed:
+        return module
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    # The only buffers are constant position tables: no need to re-send them every forward
+    # (the option's name changed in torch 2.13).
+    quiet_buffers = ("forward_sync_buffers" if "forward_sync_buffers" in
+                     inspect.signature(DistributedDataParallel).parameters else "broadcast_buffers")
+    return DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None,
+        gradient_as_bucket_view=True, **{quiet_buffers: False})
+
+
+def without_gradient_sync(module: nn.Module) -> contextlib.AbstractContextManager:
+    """For the micro-batches before an update's last: accumulate locally, all-reduce once."""
+    if hasattr(module, "no_sync"):
+        return module.no_sync()
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def peer_failures_as_errors(world: World) -> Iterator[None]:
+    """A collective that failed because another process died (its sockets closed): one line
+    instead of the collective's traceback.
+
+    NCCL raises `DistError`s; gloo raises plain RuntimeErrors naming its transport, which is
+    how they are told from a bug here (a bug keeps its traceback).
+    """
+    try:
+        yield
+    except RuntimeError as err:
+        text = str(err).strip()
+        from_backend = isinstance(err, dist.DistError) or "gloo" in text or "NCCL" in text
+        if not (world.distributed and from_backend):
+            raise
+        first = (text.splitlines() or [type(err).__name__])[0]
+        raise PeerFailed(f"rank {world.rank}: another training process stopped, so this one "
+                         f"stops too ({first[:200]})") from None
+
+
+# --------------------------------------------------------------------------------------------
+# `attncli train --nproc N`: torchrun's launcher, started from attncli
+# --------------------------------------------------------------------------------------------
+
+
+def launch(nproc: int, argv: list[str]) -> None:
+    """Run `python -m attncli <argv>` in `nproc` processes on this machine, as
+    `torchrun --standalone --nproc_per_node nproc` would, and turn its outcome into attncli's
+    exit codes: a process that failed is one line (which rank, how), a signal saves and stops.
+    """
+    import logging
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    for name in list(logging.root.manager.loggerDict):  # attncli says what went wrong itself
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    if "OMP_NUM_THREADS" not in os.environ:  # share the cores instead of oversubscribing them
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                          monitor_interval=0.5)
+    os.environ[LAUNCHER_ENV] = "1"
+    try:
+        elastic_launch(config, sys.executable)("-u", "-m", "attncli", *argv)
+    except ChildFailedError as err:
+        raise SystemExit(_report_failure(err.failures, nproc)) from None
+    except SignalException as err:
+        print(f"{err.sigval.name}: every training process was told to save and stop",
+              file=sys.stderr)
+        raise SystemExit(130 if err.sigval.name == "SIGINT" else 143) from None
+
+
+def _report_failure(failures: dict, nproc: int) -> int:
+    """Say which process failed and how, unless rank 0 said why itself (exit code 2, every
+    process meets the same user errors); the launcher's exit code."""
+    import signal
+
+    if getattr(failures.get(0), "exitcode", None) == 2:
+        return 2
+    rank = min(failures, key=lambda r: failures[r].timestamp)
+    exitcode = failures[rank].exitcode
+    if exitcode < 0:
+        how = f"was killed by {signal.Signals(-exitcode).name}"
+    else:
+        how = f"exited with code {exitcode}"
+    print(f"error: training process rank {rank} of {nproc} {how}; every process stopped, and "
+          f"the run folder keeps its last checkpoint", file=sys.stderr)
+    return 2 if exitcode == 2 else 1

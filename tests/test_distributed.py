@@ -1,0 +1,145 @@
+"""Training in two processes (torchrun, gloo on this CPU) is training in one, shared out.
+
+Real processes throughout: `python -m torch.distributed.run` and `attncli train --nproc 2` in
+subprocesses, the reference run in this process. fp32 and no dropout, so the two can be
+compared update by update (the processes draw their own dropout masks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, SMALL, assert_one_line_error, losses, pointers, resume, train, train_args
+
+# 400 toy pairs in 21 batches: the epoch's last update has one batch for two processes, so the
+# second trains on a zero-weight stand-in there.
+SHARED = ["train.accum_steps=2", "model.dropout=0", "train.precision=fp32",
+          "train.batch_tokens=300", "train.save_every=10"]
+
+
+def _env(data_dir: Path) -> dict[str, str]:
+    return {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO),
+            "OMP_NUM_THREADS": "1"}
+
+
+def _two_processes(data_dir: Path, runs: Path, name: str, sets: list[str], *, torchrun=False,
+                   wait=True):
+    args = train_args(SMALL, "--name", name, runs=runs, sets=[*SHARED, *sets])
+    if torchrun:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node", "2", "-m", "attncli", *args]
+    else:
+        command = [sys.executable, "-m", "attncli", *args, "--nproc", "2"]
+    process = subprocess.Popen(command, env=_env(data_dir), cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if not wait:
+        return process
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_process(data_dir, tmp_path_factory) -> dict[int, float]:
+    """The reference: 20 updates in this one process, accumulating 2 batches per update."""
+    runs = tmp_path_factory.mktemp("one")
+    result = train(data_dir, runs, SMALL, "--name", "one",
+                   sets=[*SHARED, "train.max_steps=20"])
+    assert result.returncode == 0, result.stderr
+    return losses(runs / "one")
+
+
+def _assert_same(found: dict[int, float], reference: dict[int, float], steps) -> None:
+    for step in steps:
+        assert found[step] == pytest.approx(reference[step], abs=1e-5), step
+
+
+def test_torchrun_with_two_processes_trains_as_one_process(data_dir, tmp_path, one_process):
+    out = _two_processes(data_dir, tmp_path, "two", ["train.max_steps=20"], torchrun=True)
+    assert "2 processes share each update" in out
+    assert int(re.search(r"(\d+) batches per epoch", out)[1]) % 2 == 1  # the stand-in is used
+    run = tmp_path / "two"
+    found = losses(run)  # fails on a step logged twice
+    assert sorted(found) == list(range(1, 21))
+    _assert_same(found, one_process, range(1, 21))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "pointers.json", "step-10", "step-20"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["two"]  # one run folder
+
+
+def test_two_processes_resume_in_one(data_dir, tmp_path, one_process):
+    _two_processes(data_dir, tmp_path, "half", ["train.max_steps=10"])
+    run = tmp_path / "half"
+    assert pointers(run)["last"] == "step-10"
+    result = resume(data_dir, run, "train.max_steps=20")
+    assert result.returncode == 0, result.stderr
+    found = losses(run)
+    assert sorted(found) == list(range(1, 21))
+    _assert_same(found, one_process, range(1, 21))
+
+
+def _wait_for_step(run: Path, step: int, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        if (run / "metrics.jsonl").is_file() and max(losses(run), default=0) >= step:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no step {step} within {seconds} s")
+
+
+def test_sigterm_to_the_launcher_saves_a_checkpoint_that_resumes(data_dir, tmp_path):
+    process = _two_processes(data_dir, tmp_path, "term", ["train.max_steps=100000",
+                                                          "train.save_every=1000"], wait=False)
+    run = tmp_path / "term"
+    _wait_for_step(run, 3, process)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    saved = int(pointers(run)["last"].removeprefix("step-"))
+    assert saved >= 3 and f"saved a checkpoint at step {saved}" in out
+    assert [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step-")] == [
+        f"step-{saved}"]
+    again = resume(data_dir, run, f"train.max_steps={saved + 2}")
+    assert again.returncode == 0, again.stderr
+    assert max(losses(run)) == saved + 2
+
+
+def _child_with_rank(parent: int, rank: int) -> int:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == parent and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"no rank {rank} process under {parent}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_a_killed_rank_ends_the_job_with_one_line(data_dir, tmp_path):
+    process = _two_processes(data_dir, tmp_path, "kill", ["train.max_steps=100000"], wait=False)
+    _wait_for_step(tmp_path / "kill", 2, process)
+    os.kill(_child_with_rank(process.pid, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    _, err = process.communicate(timeout=120)
+    assert time.monotonic() - killed < 60
+    assert process.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "rank 1 of 2 was killed by SIGKILL" in lines[0], err
+
+
+def test_accum_steps_must_split_between_the_processes(data_dir, tmp_path):
+    result = train(data_dir, tmp_path, SMALL, "--nproc", "2", sets=["train.accum_steps=3"])
+    assert_one_line_error(result, "accum_steps must be a multiple of 2")
+    assert not any(tmp_path.iterdir())  # no run folder
