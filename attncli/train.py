@@ -48,6 +48,17 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return optimizer
 
 
+def compile_loss(model: nn.Module, backend: str = "inductor") -> None:
+    """`torch.compile` what a training step calls (`summed_loss`, not `forward`).
+
+    Batch shapes vary from batch to batch: the first shape compiles a static graph, the second
+    a graph with dynamic lengths and batch size (torch's automatic dynamic shapes) that the
+    others reuse. The chunked loss stays eager (see `model/loss.py`) and so does the CPU dropout
+    mask trick (see `model/dropout.py`), since either would make a graph per shape.
+    """
+    model.summed_loss = torch.compile(model.summed_loss, backend=backend)
+
+
 def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> None:
     """The config's betas and weight decay on the optimizer's two groups.
 
@@ -225,8 +236,8 @@ class Trainer:
         self.model = build_model(config, tokenizer).to(device)
         if self.world.rank:  # same weights everywhere, dropout masks of its own
             torch.manual_seed(self.cfg.seed + 7919 * self.world.rank)
-        if self.cfg.compile:  # compile what a training step calls (not `forward`)
-            self.model.summed_loss = torch.compile(self.model.summed_loss)
+        if self.cfg.compile:
+            compile_loss(self.model)
         self.loss_fn = loss_module(self.model, self.world, device)
         self.optimizer = make_optimizer(self.model, self.cfg)
         self.val_corpus = data.val

@@ -163,3 +163,33 @@ def test_an_update_with_a_non_finite_gradient_changes_nothing(fused):
     update(plain, plain_optimizer, 1.0)
     assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), layer.parameters(),
                                                 strict=True))
+
+
+def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_config):
+    """Bucketed batches of many shapes: a static graph, a dynamic one, and at most one more (a
+    batch of one pair is specialised), not a graph per shape. Backend aot_eager traces forward
+    and backward as inductor would, without its minutes of code generation."""
+    import numpy as np
+    from torch._dynamo.utils import counters
+
+    from attncli.batching import collate, token_batches
+    from attncli.model.transformer import Seq2SeqTransformer
+    from attncli.train import compile_loss
+
+    torch._dynamo.reset()
+    counters.clear()
+    rng = np.random.default_rng(0)
+    src_lens, tgt_lens = rng.integers(2, 90, 300), rng.integers(1, 90, 300)
+    batches = token_batches(src_lens, tgt_lens, 600, seed=0, epoch=0, multiple=8)
+    shapes = set()
+    model = Seq2SeqTransformer(tiny_model_config.model_copy(update={"dropout": 0.1}), 50, 50)
+    compile_loss(model, backend="aot_eager")
+    model.train()
+    for pairs in batches[:8]:
+        batch = collate([[3] * (int(src_lens[i]) - 1) + [2] for i in pairs],
+                        [[4] * int(tgt_lens[i]) for i in pairs], 8)
+        shapes.add((tuple(batch.src.shape), tuple(batch.tgt_out.shape)))
+        model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1).backward()
+    assert len(shapes) >= 6
+    assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
+    torch._dynamo.reset()

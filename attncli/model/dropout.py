@@ -5,7 +5,8 @@ CPU that was about a quarter of a small.yaml training step. Here each 32-bit dra
 generator yields two independent 15-bit uniforms, and an element is kept when its 15 bits are
 at or above ``round(p * 32768)``: the drop rate is ``p`` to within 1/65536, about three times
 cheaper. The generator is torch's global one, so seeding and checkpointed RNG state still make
-runs repeatable. On CUDA torch's fused kernel is already fast and is used as it is.
+runs repeatable. On CUDA torch's fused kernel is already fast and is used as it is, and under
+`torch.compile` too (the compiler fuses it; the mask trick would break its graph).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or torch.compiler.is_compiling():  # compiled: fused there
             return F.dropout(x, self.p, training=True)
         scale = keep_mask(x.shape, self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
         return x * scale

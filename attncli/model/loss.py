@@ -5,7 +5,8 @@ Why: with an 8k vocabulary, a 2k-token batch has a 2048 x 8000 logit matrix. Mat
 training step: every such block is a fresh mmap whose pages fault in one by one. Here the
 logits exist only one chunk of rows at a time (a few MB, reused from the heap), and the
 gradients for the hidden states, the projection weight and the bias are formed in the same
-pass, so the backward pass only has to scale them.
+pass, so the backward pass only has to scale them. On a GPU the same holds in larger chunks: the
+full fp32 logits of a 25k-token batch over a 10k vocabulary are 1 GB, and their gradient as much.
 
 Matches ``F.cross_entropy(hidden @ weight.T + bias, targets, ignore_index=..., label_smoothing=...,
 reduction="sum")``; the matrix products run in ``compute_dtype`` (bf16 under mixed precision),
@@ -18,6 +19,13 @@ import torch
 from torch import Tensor
 
 CHUNK_ROWS = 256  # 256 x 8k fp32 logits = 8 MB: below glibc's mmap threshold, so reused
+# On a GPU a chunk must be large enough to fill it; 4096 x 32k fp32 logits = 512 MB, where the
+# whole matrix of a 25k-token batch with its gradient would take several GB.
+CUDA_CHUNK_ROWS = 4096
+
+
+def chunk_rows(device: torch.device) -> int:
+    return CUDA_CHUNK_ROWS if device.type == "cuda" else CHUNK_ROWS
 
 
 def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor, smoothing: float,
@@ -51,12 +59,14 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         want_grad = any(ctx.needs_input_grad[:3])
         w = weight.to(compute_dtype)
         b = bias.to(compute_dtype)
-        grad_hidden = torch.empty(hidden.shape, dtype=torch.float32) if want_grad else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32) if want_grad else None
-        grad_bias = torch.zeros(bias.shape, dtype=torch.float32) if want_grad else None
-        total = torch.zeros((), dtype=torch.float32)
-        for start in range(0, hidden.size(0), CHUNK_ROWS):
-            rows = slice(start, start + CHUNK_ROWS)
+        fp32 = {"dtype": torch.float32, "device": hidden.device}
+        grad_hidden = torch.empty(hidden.shape, **fp32) if want_grad else None
+        grad_weight = torch.zeros(weight.shape, **fp32) if want_grad else None
+        grad_bias = torch.zeros(bias.shape, **fp32) if want_grad else None
+        total = torch.zeros((), **fp32)
+        step = chunk_rows(hidden.device)
+        for start in range(0, hidden.size(0), step):
+            rows = slice(start, start + step)
             h = hidden[rows].to(compute_dtype)
             t = targets[rows]
             logits = torch.addmm(b, h, w.t()).float()
@@ -80,6 +90,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
                 None, None, None, None)
 
 
+@torch.compiler.disable  # its chunk loop would make a graph per row count; eager is as fast
 def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                             ignore_index: int, label_smoothing: float = 0.0,
                             compute_dtype: torch.dtype = torch.float32) -> Tensor:
@@ -96,13 +107,6 @@ def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, target
 
 def _summed_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                  ignore_index: int, label_smoothing: float, compute_dtype: torch.dtype) -> Tensor:
-    if hidden.device.type != "cpu":
-        # On GPUs the full logit matrix is cheap; keep the stock (and fused) kernels.
-        logits = torch.nn.functional.linear(hidden.to(compute_dtype), weight.to(compute_dtype),
-                                            bias.to(compute_dtype))
-        return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-            ignore_index=ignore_index, label_smoothing=label_smoothing, reduction="sum")
     return _ProjectedCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, bias,
                                         targets.reshape(-1), ignore_index, label_smoothing,
                                         compute_dtype)
