@@ -91,7 +91,7 @@ def train(
         check_process_shares(checked.train, nproc)
         from attncli.distributed import launch
 
-        launch(nproc, sys.argv[1:])  # each process comes back here, with LOCAL_RANK set
+        launch(nproc, sys.argv[1:], device)  # each process comes back here, with LOCAL_RANK set
         return
     from attncli.train import train_command
 

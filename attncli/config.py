@@ -125,7 +125,8 @@ class TrainConfig(_Section):
     pad_multiple: int | Literal["auto"] = Field(
         "auto", description="Pad batch lengths up to a multiple of this (auto: see device.py)."
     )
-    accum_steps: int = Field(1, ge=1, description="Batches accumulated per optimizer step.")
+    accum_steps: int = Field(1, ge=1, description="Batches per optimizer update; with several "
+                             "training processes a multiple of their number (each its share).")
     save_every: int | None = Field(
         None, ge=1, description="Also save a checkpoint every N updates (null: at validations).")
     keep_checkpoints: int = Field(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -137,8 +138,13 @@ def start(device_name: str) -> tuple[World, torch.device]:
 
 
 def stop(world: World) -> None:
-    """Leave the process group (torchrun waits for every process to)."""
+    """Leave the process group (torchrun waits for every process to).
+
+    What still refers to it (DistributedDataParallel's reducer sits in reference cycles) is
+    freed first: freed later, at interpreter shutdown, gloo's threads abort the process.
+    """
     if world.distributed and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -205,7 +211,7 @@ def peer_failures_as_errors(world: World) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 
 
-def launch(nproc: int, argv: list[str]) -> None:
+def launch(nproc: int, argv: list[str], device_name: str) -> None:
     """Run `python -m attncli <argv>` in `nproc` processes on this machine, as
     `torchrun --standalone --nproc_per_node nproc` would, and turn its outcome into attncli's
     exit codes: a process that failed is one line (which rank, how), a signal saves and stops.
@@ -217,6 +223,7 @@ def launch(nproc: int, argv: list[str]) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    _check_gpus_for(nproc, device_name)
     for name in list(logging.root.manager.loggerDict):  # attncli says what went wrong itself
         if name.startswith("torch.distributed.elastic"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -234,6 +241,16 @@ def launch(nproc: int, argv: list[str]) -> None:
         print(f"{err.sigval.name}: every training process was told to save and stop",
               file=sys.stderr)
         raise SystemExit(130 if err.sigval.name == "SIGINT" else 143) from None
+
+
+def _check_gpus_for(nproc: int, device_name: str) -> None:
+    """On CUDA each process takes one GPU: refuse before starting any of them."""
+    if device_name == "cpu" or (device_name == "auto" and not torch.cuda.is_available()):
+        return
+    _training_device(device_name, 0)  # the --device checks, once, here
+    if nproc > torch.cuda.device_count():
+        raise AttncliError(f"--nproc {nproc} --device {device_name}: one GPU per process, and "
+                           f"this machine has {torch.cuda.device_count()}")
 
 
 def _report_failure(failures: dict, nproc: int) -> int:

@@ -507,7 +507,7 @@ class Trainer:
         self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}"
         self.reporter.line(
             f"step {self.step:>6} | epoch {self.epoch + 1:>3} | loss {record['loss']:.4f} | lr "
-            f"{lr:.1e} | {record['tokens_per_s']:,.0f} tgt tok/s | {now:,.0f} s")
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s | {now:,.0f} s")
 
     def _checkpoint_duties(self, reason: str | None) -> str | None:
         """Validate and save when due; why to stop after this update (None: go on)."""
@@ -676,12 +676,16 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
     world, device = distributed.start(device_name)
     try:
         with distributed.peer_failures_as_errors(world):
-            _train(config, resumed, config_path, name, runs_dir, world, device)
+            exit_code = _train(config, resumed, config_path, name, runs_dir, world, device)
+            world.wait_for_primary()  # nobody leaves while rank 0 still saves
     finally:
         distributed.stop(world)
+    if exit_code:
+        raise SystemExit(exit_code)
 
 
-def _train(config, resumed, config_path, name, runs_dir, world: World, device) -> None:
+def _train(config, resumed, config_path, name, runs_dir, world: World, device) -> int | None:
+    """The run; the exit code when a signal stopped it."""
     from attncli.config import check_process_shares
     from attncli.device import allow_tf32, set_threads
     from attncli.progress import SilentReporter
@@ -710,8 +714,9 @@ def _train(config, resumed, config_path, name, runs_dir, world: World, device) -
             signal_name = trainer.run()
     finally:
         reporter.close()
-    if signal_name:
-        if world.primary:
-            print(f"{signal_name}: saved a checkpoint at step {trainer.step}; resume with "
-                  f"`attncli train --resume {paths.root}`")
-        raise SystemExit(130 if signal_name == "SIGINT" else 143)
+    if not signal_name:
+        return None
+    if world.primary:
+        print(f"{signal_name}: saved a checkpoint at step {trainer.step}; resume with "
+              f"`attncli train --resume {paths.root}`")
+    return 130 if signal_name == "SIGINT" else 143

@@ -9,8 +9,9 @@ Steps, each a process of its own; a failed step is reported and the next one sti
    base model, decoding speed);
 3. a timed `configs/base.yaml` run on Multi30k (`train.max_minutes`, default 5) on the GPU,
    then `attncli eval` of it (beam 4, test BLEU and chrF);
-4. when two GPUs are present, a 2-process `torchrun` smoke run (skipped while attncli trains
-   in one process only: it says so).
+4. when two GPUs are present, 150 updates of configs/base.yaml (accum_steps 2) in one process
+   and then in two (`torchrun --nproc_per_node 2`, one GPU each), and the ratio of their
+   tokens/s: the same global batches, so the ratio is the 2-GPU scaling.
 
 Needs Multi30k where attncli finds it (`$ATTNCLI_DATA_DIR/multi30k`) and attncli's
 dependencies importable (`python -c "import attncli.cli"` is the first check). Exit status 0
@@ -92,6 +93,23 @@ def training_figures(run: Path) -> dict:
             "run_tgt_tokens_per_s": rates[len(rates) // 2] if rates else None}
 
 
+def two_gpu_scaling(out: Path, results: dict) -> dict:
+    """The same 150 updates in one process and in two (torchrun, one GPU each)."""
+    short = ["configs/base.yaml", "--device", "cuda", "--runs-dir", str(out / "runs"), "--set",
+             "train.max_steps=150", "--set", "train.accum_steps=2", "--set",
+             "train.eval_every=1000000", "--set", "data.valid_limit=50", "--set",
+             "train.log_every=25"]
+    results["one_gpu"] = step("150 updates on one GPU", attncli(
+        "train", *short, "--name", "one-gpu"), out / "one-gpu.log", 600)
+    results["two_gpus"] = step("150 updates on two GPUs (torchrun)", [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "attncli", "train", *short, "--name", "two-gpus"], out / "two-gpus.log", 600)
+    one = training_figures(out / "runs" / "one-gpu").get("run_tgt_tokens_per_s")
+    two = training_figures(out / "runs" / "two-gpus").get("run_tgt_tokens_per_s")
+    return {"one_gpu_tgt_tokens_per_s": one, "two_gpu_tgt_tokens_per_s": two,
+            "two_gpu_scaling": round(two / one, 2) if one and two else None}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/attncli-gpu"))
@@ -118,10 +136,9 @@ def main() -> int:
         "data.valid_limit=200"), out / "train.log", int(args.minutes * 60) + 240)
     results["eval"] = step("eval", attncli("eval", str(run), "--device", "cuda"),
                            out / "eval.log", 300)
-    if gpu_count() >= 2:
-        print("== 2-GPU torchrun smoke run: skipped, attncli trains in one process so far")
+    scaling = two_gpu_scaling(out, results) if gpu_count() >= 2 else {}
     summary = {**bench_figures(out / "bench.json"), **training_figures(run),
-               **eval_figures(run), "steps": results}
+               **eval_figures(run), **scaling, "steps": results}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "steps"}, indent=1))
     return 0 if all(r["ok"] for r in results.values()) else 1
