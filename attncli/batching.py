@@ -142,8 +142,7 @@ def token_batches(
 
     `multiple` > 1 counts lengths rounded up to that multiple (as `collate` pads them), so every
     full batch of a length bucket has the same shape. Why: CPU matrix kernels (oneDNN) are
-    generated per tensor shape, costing milliseconds each time a shape is new; with exact
-    lengths nearly every batch was new and a step took several times longer.
+    generated per tensor shape, at a cost each time a shape is new (benchmarks/MEASUREMENTS.md).
     """
     src_width, tgt_width = padded_widths(src_lens, tgt_lens, multiple)
     width = np.maximum(src_width, tgt_width)

@@ -54,10 +54,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 def resolve_pad_multiple(setting: int | str, device: torch.device, precision: str) -> int:
     """'auto' -> 8 for bf16 on CPU and for CUDA, 1 for fp32 on CPU.
 
-    Why: oneDNN builds a bf16 matrix kernel per tensor shape, so on a bf16 CPU, batch lengths
-    rounded up to a multiple of 8 (17 shapes instead of 172 on Multi30k) repay their 18% target
-    padding; GPUs like multiples of 8 too. In fp32 on CPU, MKL has no per-shape cost, and exact
-    lengths (0.4% padding) trained small.yaml 5-10% faster on the 2-core AMD EPYC.
+    Why: oneDNN builds a bf16 matrix kernel per tensor shape, so on a bf16 CPU few distinct
+    (rounded) lengths repay their padding; GPUs like multiples of 8 too. In fp32 on CPU, MKL has
+    no per-shape cost and exact lengths train faster (figures: benchmarks/MEASUREMENTS.md).
     """
     if setting != "auto":
         return int(setting)
@@ -67,13 +66,10 @@ def resolve_pad_multiple(setting: int | str, device: torch.device, precision: st
 def resolve_decode_precision(train_precision: str, device: torch.device) -> str:
     """The precision to decode in: the run's on CUDA, fp32 on CPU.
 
-    Why fp32 on CPU: oneDNN builds a bf16 matrix kernel per tensor shape (about a millisecond
-    each), and a decoding step's shapes change all the time (the key/value cache grows by one
-    position per step, finished sentences leave the batch), so bf16 decoding paid more in kernel
-    builds than it saved in arithmetic. Paired runs of beam 5 on Multi30k test on an
-    AVX-512-BF16 CPU: fp32 46-52 s, bf16 61-64 s, and half the peak memory; same BLEU. Training
-    batches repeat their shapes (see ``batching.token_batches``), which is why bf16 pays off
-    there.
+    Why fp32 on CPU: oneDNN builds a bf16 matrix kernel per tensor shape, and a decoding step's
+    shapes change all the time (the key/value cache grows, finished sentences leave the batch),
+    so bf16 decoding paid more in kernel builds than it saved (figures: benchmarks/
+    MEASUREMENTS.md). Training batches repeat their shapes, which is why bf16 pays off there.
     """
     if device.type == "cpu":
         return "fp32"

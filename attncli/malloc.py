@@ -10,11 +10,10 @@ from __future__ import annotations
 def keep_freed_memory() -> None:
     """Ask glibc's malloc to keep freed memory for reuse instead of handing it back to the OS.
 
-    Why: a training step frees and re-allocates the same activation buffers every time. By
-    default glibc serves blocks above a few MB with fresh mmap()s and returns them on free, so
-    each step pays a page fault per 4 KiB page all over again; on virtual machines with slow
-    page faults that was most of a CPU step. Blocks up to 32 MiB (glibc's ceiling) then come from
-    the heap and are reused. A no-op where the C library is not glibc.
+    Why: a training step frees and re-allocates the same activation buffers every time, and
+    glibc's default mmap()s for large blocks made it page-fault them in anew each step
+    (benchmarks/MEASUREMENTS.md). Blocks up to 32 MiB (glibc's ceiling) then come from the heap
+    and are reused. A no-op where the C library is not glibc.
     """
     import ctypes
     import ctypes.util

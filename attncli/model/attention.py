@@ -144,8 +144,7 @@ def fused_attention(
     otherwise pass the combined boolean mask. Shapes as in ``reference_attention``.
 
     On CPU in bf16/fp16 the computation is written out instead: torch's CPU flash kernels in
-    half precision made a small model's training step several times slower (the backward
-    especially), while at translation lengths the explicit matrix products are cheap.
+    half precision were slower at translation lengths (benchmarks/MEASUREMENTS.md).
     """
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         if causal:

@@ -1,12 +1,12 @@
 """Dropout with a cheaper random mask on CPU.
 
-Why: torch's CPU dropout draws one random number per element (``bernoulli_``); on the 2-core
-CPU that was about a quarter of a small.yaml training step. Here each 32-bit draw of torch's
+Why: torch's CPU dropout draws one random number per element (``bernoulli_``), a large share
+of a CPU training step (figures: benchmarks/MEASUREMENTS.md). Here each 32-bit draw of torch's
 generator yields two independent 15-bit uniforms, and an element is kept when its 15 bits are
-at or above ``round(p * 32768)``: the drop rate is ``p`` to within 1/65536, about three times
-cheaper. The generator is torch's global one, so seeding and checkpointed RNG state still make
-runs repeatable. On CUDA torch's fused kernel is already fast and is used as it is, and under
-`torch.compile` too (the compiler fuses it; the mask trick would break its graph).
+at or above ``round(p * 32768)``: the drop rate is ``p`` to within 1/65536. The generator is
+torch's global one, so seeding and checkpointed RNG state still make runs repeatable. On CUDA
+torch's fused kernel is already fast and is used as it is, and under `torch.compile` too (the
+compiler fuses it; the mask trick would break its graph).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Output projection fused with label-smoothed cross-entropy, computed in row chunks.
 
-Why: with an 8k vocabulary, a 2k-token batch has a 2048 x 8000 logit matrix. Materialising it
-(plus its log-softmax and its gradient, each 64 MB in fp32) was the largest cost of a CPU
-training step: every such block is a fresh mmap whose pages fault in one by one. Here the
-logits exist only one chunk of rows at a time (a few MB, reused from the heap), and the
-gradients for the hidden states, the projection weight and the bias are formed in the same
-pass, so the backward pass only has to scale them. On a GPU the same holds in larger chunks: the
-full fp32 logits of a 25k-token batch over a 10k vocabulary are 1 GB, and their gradient as much.
+Why: the full logit matrix (batch tokens x vocabulary), its log-softmax and its gradient were
+the largest cost of a CPU training step, each a fresh mmap paged in anew, and on a GPU they are
+gigabytes at base.yaml's batch size (figures: benchmarks/MEASUREMENTS.md). Here the logits
+exist one chunk of rows at a time, and the gradients for the hidden states, the projection
+weight and the bias are formed in the same pass, so the backward pass only has to scale them.
 
 Matches ``F.cross_entropy(hidden @ weight.T + bias, targets, ignore_index=..., label_smoothing=...,
 reduction="sum")``; the matrix products run in ``compute_dtype`` (bf16 under mixed precision),
@@ -19,9 +17,7 @@ import torch
 from torch import Tensor
 
 CHUNK_ROWS = 256  # 256 x 8k fp32 logits = 8 MB: below glibc's mmap threshold, so reused
-# On a GPU a chunk must be large enough to fill it; 4096 x 32k fp32 logits = 512 MB, where the
-# whole matrix of a 25k-token batch with its gradient would take several GB.
-CUDA_CHUNK_ROWS = 4096
+CUDA_CHUNK_ROWS = 4096  # large enough to fill a GPU, a fraction of the whole matrix
 
 
 def chunk_rows(device: torch.device) -> int:

@@ -1,0 +1,168 @@
+"""Attention suite: reference, fused and additive attention, forward and forward+backward,
+over sequence lengths, with the kernel the fused path dispatched to."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attncli.bench.flops import FWD_BWD_FLOP_FACTOR, attention_flops
+from attncli.model.attention import AdditiveScore, additive_attention, reference_attention
+from attncli.timing import MEMORY_METHOD, measure, ops_called
+
+MIB = 2**20
+
+
+# aten operators behind scaled_dot_product_attention -> the kernel's name in the table.
+SDPA_KERNELS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
+
+@dataclass(frozen=True)
+class AttentionSizes:
+    """Fixed batch x heads x head_dim, varying sequence length (self-attention, T = S).
+
+    ``additive_cap_bytes`` bounds the (batch, heads, T, T, head_dim) tensor that additive
+    attention materialises; longer lengths are skipped and the reason is shown.
+    """
+
+    batch: int
+    heads: int
+    head_dim: int
+    lengths: tuple[int, ...]
+    additive_cap_bytes: int
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> AttentionSizes:
+        if device.type == "cuda":
+            return cls(4, 8, 64, tuple(2**i for i in range(6, 13)), 2 * 1024 * MIB)
+        # CPU: batch 1 keeps every T x T tensor at 1024 within 16 MiB (bf16), small enough for
+        # the C allocator to reuse between runs instead of page-faulting fresh memory each time.
+        return cls(1, 8, 64, tuple(2**i for i in range(6, 11)), 32 * MIB)
+
+
+def sdpa_kernel_used(q: Tensor, k: Tensor, v: Tensor) -> str:
+    """Which kernel the default ``scaled_dot_product_attention`` dispatch picks for these
+    inputs, read from the aten operator the profiler saw."""
+    with torch.no_grad():
+        names = ops_called(lambda: F.scaled_dot_product_attention(q, k, v))
+    found = [kernel for op, kernel in SDPA_KERNELS.items() if op in names]
+    return found[0] if found else "unknown"
+
+
+def sdpa_kernels_that_run(q: Tensor, k: Tensor, v: Tensor) -> list[str]:
+    """The backends that accept these inputs when each is the only one allowed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "memory-efficient":
+                SDPBackend.EFFICIENT_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
+                "math": SDPBackend.MATH}
+    runs = []
+    for name, backend in backends.items():
+        try:
+            with warnings.catch_warnings(), sdpa_kernel([backend]), torch.no_grad():
+                warnings.simplefilter("ignore")  # "kernel not used because ..." explanations
+                F.scaled_dot_product_attention(q, k, v)
+            runs.append(name)
+        except (RuntimeError, NotImplementedError):
+            pass
+    return runs
+
+
+def _attention_paths(head_dim: int, device: torch.device, dtype: torch.dtype
+                     ) -> dict[str, tuple[Callable[[Tensor, Tensor, Tensor], Tensor],
+                                          list[Tensor]]]:
+    """path name -> (fn(q, k, v) -> output, the parameters it also takes gradients of)."""
+    score = AdditiveScore(head_dim).to(device=device, dtype=dtype)
+    # "fused" is torch's kernel itself: the model's fused_attention writes the computation out
+    # on CPU in bf16 (see there), and this table is where that choice can be checked.
+    return {
+        "reference": (lambda q, k, v: reference_attention(q, k, v)[0], []),
+        "fused": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), []),
+        "additive": (lambda q, k, v: additive_attention(q, k, v, score)[0],
+                     list(score.parameters())),
+    }
+
+
+def _forward_runner(path: Callable, q: Tensor, k: Tensor, v: Tensor) -> Callable[[], object]:
+    def run() -> None:
+        with torch.no_grad():
+            path(q, k, v)
+    return run
+
+
+def _forward_backward_runner(path: Callable, q: Tensor, k: Tensor, v: Tensor,
+                             params: list[Tensor]) -> Callable[[], object]:
+    inputs = [q, k, v, *params]
+    grad_out = torch.randn_like(q)
+
+    def run() -> None:
+        torch.autograd.grad(path(q, k, v), inputs, grad_out)  # no .grad accumulation
+    return run
+
+
+def _timed_mode(run: Callable[[], object], flops: float, device: torch.device, warmup: int,
+                repeats: int) -> dict[str, Any]:
+    """Timing + peak memory + TFLOP/s of one cell, or the reason it could not run."""
+    try:
+        timing = measure(run, warmup, repeats, device, memory=True)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"skipped": "out of memory"}
+    return {**timing.to_json(), "tflops": flops / timing.median_s / 1e12}
+
+
+def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: AttentionSizes,
+                        warmup: int, repeats: int) -> dict[str, Any]:
+    """Every path x length x {forward, forward+backward}; see `AttentionSizes`."""
+    b, h, d = sizes.batch, sizes.heads, sizes.head_dim
+    paths = _attention_paths(d, device, dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    rows: list[dict[str, Any]] = []
+    kernels_that_run: list[str] = []
+    for name, (path, params) in paths.items():
+        for t in sizes.lengths:
+            row: dict[str, Any] = {"path": name, "seq_len": t, "kernel": None}
+            hidden_bytes = b * h * t * t * d * itemsize
+            if name == "additive" and hidden_bytes > sizes.additive_cap_bytes:
+                reason = (f"its (B, H, T, T, D) tanh input would take {hidden_bytes / MIB:,.0f} "
+                          f"MiB, over the {sizes.additive_cap_bytes / MIB:,.0f} MiB cap")
+                row["forward"] = row["forward_backward"] = {"skipped": reason}
+                rows.append(row)
+                continue
+            q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True)
+                       for _ in range(3))
+            if name == "fused":
+                row["kernel"] = sdpa_kernel_used(q, k, v)
+                if not kernels_that_run:
+                    kernels_that_run = sdpa_kernels_that_run(q, k, v)
+            flops = attention_flops(b, h, t, t, d)
+            row["forward"] = _timed_mode(_forward_runner(path, q, k, v), flops, device, warmup,
+                                         repeats)
+            row["forward_backward"] = _timed_mode(
+                _forward_backward_runner(path, q, k, v, params), FWD_BWD_FLOP_FACTOR * flops,
+                device, warmup, repeats)
+            rows.append(row)
+    return {
+        "batch": b, "heads": h, "head_dim": d, "lengths": list(sizes.lengths),
+        "dtype": str(dtype).removeprefix("torch."), "mask": None,
+        "additive_cap_bytes": sizes.additive_cap_bytes,
+        "sdpa_kernels_that_run_alone": kernels_that_run,
+        "flops_convention": "forward 4·B·H·T²·D (QKᵀ and AV; additive: wᵀtanh and AV); "
+                            f"forward+backward {FWD_BWD_FLOP_FACTOR}x forward (backward = 2x "
+                            "forward; the flash backward's recomputation of QKᵀ not counted)",
+        "memory_method": MEMORY_METHOD[device.type],
+        "rows": rows,
+    }

@@ -1,0 +1,126 @@
+"""`attncli bench`: run the asked suites, print their tables, write the JSON report."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.text import Text
+
+from attncli import __version__
+from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
+from attncli.bench.infer_suite import run_infer_suite
+from attncli.bench.peaks import device_name, device_peak
+from attncli.bench.render import RENDERERS
+from attncli.bench.train_suite import run_train_suite
+from attncli.config import Config, load_config
+from attncli.device import (
+    allow_tf32,
+    resolve_decode_precision,
+    resolve_device,
+    resolve_precision,
+    set_threads,
+)
+from attncli.errors import AttncliError
+
+SUITES = ("attention", "train", "infer")
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def run_bench(
+    device: torch.device,
+    suites: Sequence[str],
+    cfg: Config,
+    warmup: int,
+    repeats: int,
+    console: Console | None = None,
+    attention_sizes: AttentionSizes | None = None,
+    infer_batch_sizes: Sequence[int] = (1, 64),
+    peak: tuple[float, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``suites`` and return the report (what --json writes); print tables if ``console``.
+
+    The sizes and ``peak`` (FLOP/s, its source) default to the device's; tests pass tiny ones.
+    """
+    precision = resolve_precision(cfg.train.precision, device)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    report: dict[str, Any] = {
+        "attncli": __version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": device.type,
+        "device_name": device_name(device),
+        "threads": torch.get_num_threads(),
+        "precision": precision,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tf32": (torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None),
+        "warmup": warmup,
+        "repeats": repeats,
+        "suites": {},
+    }
+    if console is not None:
+        console.print(Text(
+            f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
+            f"threads) · torch {torch.__version__} · {precision}", style="bold"))
+    for suite in suites:
+        start = time.perf_counter()
+        status = console.status(f"{suite} suite…") if console is not None else nullcontext()
+        with status:
+            if suite == "attention":
+                result = run_attention_suite(
+                    device, dtype, attention_sizes or AttentionSizes.for_device(device), warmup,
+                    repeats)
+            elif suite == "train":
+                result = run_train_suite(
+                    cfg, device, precision, warmup, repeats,
+                    peak or device_peak(device, precision, warmup, repeats))
+            elif suite == "infer":
+                result = run_infer_suite(
+                    cfg, device, resolve_decode_precision(cfg.train.precision, device), warmup,
+                    repeats, infer_batch_sizes)
+            else:
+                raise AttncliError(f"--suite {suite}: expected one of {', '.join(SUITES)}, all")
+        result["wall_s"] = time.perf_counter() - start
+        report["suites"][suite] = result
+        if console is not None:
+            for renderable in RENDERERS[suite](result, warmup, repeats):
+                console.print(renderable)
+    return report
+
+
+def default_config_path(device: torch.device) -> Path:
+    """configs/base.yaml (the paper's model) on CUDA, configs/small.yaml on CPU."""
+    return CONFIGS / ("base.yaml" if device.type == "cuda" else "small.yaml")
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    from attncli.atomic import atomic_write_json
+
+    atomic_write_json(path, report)
+
+
+def bench_command(device: str, suite: str, config: Path | None, json_file: Path | None,
+                  warmup: int, repeats: int) -> None:
+    """`attncli bench`: resolve the device first (no CUDA -> one line, exit 2), then run."""
+    dev = resolve_device(device)
+    suites = SUITES if suite == "all" else (suite,)
+    if json_file is not None and not json_file.parent.is_dir():
+        raise AttncliError(f"--json {json_file}: folder {json_file.parent} does not exist")
+    if config is None and not default_config_path(dev).is_file():
+        cfg = Config()  # installed without the configs/ folder: the built-in defaults
+    else:
+        cfg = load_config(config or default_config_path(dev))
+    set_threads(cfg.train.threads)
+    allow_tf32(dev)  # as training does
+    console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding
+    report = run_bench(dev, suites, cfg, warmup, repeats, console)
+    report["config"] = str(config or default_config_path(dev))
+    if json_file is not None:
+        write_json(report, json_file)
+        console.print(f"wrote {json_file}")

@@ -1,0 +1,43 @@
+"""Model FLOP counts: what MFU divides by the device's peak."""
+
+from __future__ import annotations
+
+from attncli.batching import Batch
+from attncli.config import ModelConfig
+from attncli.tokenizer import PAD_ID
+
+FWD_BWD_FLOP_FACTOR = 3  # backward = 2 x forward (dQ, dK from dS; dV, dP from dO)
+
+
+def attention_flops(batch: int, heads: int, q_len: int, k_len: int, head_dim: int) -> float:
+    """Forward FLOPs of QKᵀ and AV: 2 matmuls x 2 FLOPs per multiply-add = 4·B·H·T·S·D.
+
+    Additive attention is counted the same way (wᵀ·tanh(·) over the T·S·D hidden tensor and
+    AV), its elementwise add and tanh not counted; softmax is never counted.
+    """
+    return 4.0 * batch * heads * q_len * k_len * head_dim
+
+
+def seq2seq_forward_flops(cfg: ModelConfig, vocab: int, batch: Batch) -> float:
+    """Forward model FLOPs of one batch: matrix multiplies only, 2 FLOPs per multiply-add.
+
+    Per real (non-pad) token, with d = d_model, f = ff_dim, V = vocab:
+      source token, per encoder layer: Q/K/V/out projections 4d², feed-forward 2df;
+      target token, per decoder layer: self Q/K/V/out 4d², cross Q/out 2d², feed-forward 2df;
+      source token, per decoder layer: cross K/V 2d² (computed once per sentence);
+      target token: output projection dV (tied or not: it is a real matmul).
+    Attention, per sentence (QKᵀ and AV, 2·d multiply-adds per query-key pair): S² per encoder
+    layer, T² (the full square, causal half not subtracted) and T·S per decoder layer.
+    Padding is not counted: compute spent on it lowers MFU, as it should. Embedding lookups,
+    norms, softmax and biases are left out. A training step is 3 x this (backward = 2 x).
+    """
+    d, f = cfg.d_model, cfg.ff_dim
+    src_lens = (batch.src != PAD_ID).sum(dim=1).tolist()
+    tgt_lens = (batch.tgt_out != PAD_ID).sum(dim=1).tolist()
+    macs = 0
+    for s, t in zip(src_lens, tgt_lens, strict=True):
+        macs += cfg.enc_layers * (s * (4 * d * d + 2 * d * f) + 2 * s * s * d)
+        macs += cfg.dec_layers * (t * (6 * d * d + 2 * d * f) + s * 2 * d * d
+                                  + 2 * t * t * d + 2 * t * s * d)
+        macs += t * d * vocab
+    return 2.0 * macs

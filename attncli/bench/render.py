@@ -1,0 +1,111 @@
+"""Tables drawn from the suites' plain data (the same data --json writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from attncli.bench.attention_suite import MIB
+from attncli.bench.train_suite import SENTENCE_LENGTHS
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    """3 significant digits, thousands separated, no exponent; '—' for a missing figure."""
+    if x is None:
+        return "—"
+    if abs(x) >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}" if abs(x) >= 1e-3 else f"{x:.1e}"
+
+
+def _mib(n: int | None) -> str:
+    return "—" if n is None else _fmt(n / MIB)
+
+
+def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
+           notes: Sequence[str]) -> list[RenderableType]:
+    table = Table(title=title, title_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return [table, *(Text(f"  {note}", style="dim") for note in notes), Text("")]
+
+
+def _timing_note(warmup: int, repeats: int) -> str:
+    return f"times: median of {repeats} timed runs after {warmup} warm-up runs"
+
+
+def render_attention(result: dict[str, Any], warmup: int, repeats: int) -> list[RenderableType]:
+    cells, reasons = [], {}
+    for row in result["rows"]:
+        cell = [row["path"], str(row["seq_len"]), row["kernel"] or ""]
+        for mode in ("forward", "forward_backward"):
+            figures = row[mode]
+            if "skipped" in figures:
+                where = reasons.setdefault(figures["skipped"], [])
+                if f"{row['path']} T={row['seq_len']}" not in where:
+                    where.append(f"{row['path']} T={row['seq_len']}")
+                cell += ["—", "—", "—"]
+            else:
+                cell += [_fmt(figures["median_ms"]), _fmt(figures["tflops"]),
+                         _mib(figures["peak_mem_bytes"])]
+        cells.append(cell)
+    notes = [
+        f"B={result['batch']} x H={result['heads']} x D={result['head_dim']}, "
+        f"{result['dtype']}, self-attention without mask; {_timing_note(warmup, repeats)}",
+        f"TFLOP/s: {result['flops_convention']}",
+        f"peak MiB: {result['memory_method']}",
+        "fused: kernel = the scaled_dot_product_attention backend the default dispatch chose; "
+        f"backends that run alone on these inputs: "
+        f"{', '.join(result['sdpa_kernels_that_run_alone']) or 'none measured'}",
+        *(f"— {', '.join(where)}: skipped, {reason}" for reason, where in reasons.items()),
+    ]
+    headers = ["path", "T", "kernel", "fwd\nms", "fwd\nTFLOP/s", "fwd peak\nMiB",
+               "fwd+bwd\nms", "fwd+bwd\nTFLOP/s", "fwd+bwd\npeak MiB"]
+    return _table("attention", headers, cells, notes)
+
+
+def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[RenderableType]:
+    cells = [[row["model"], f"{row['parameters'] / 1e6:.2f}M", _fmt(row["step"]["median_ms"]),
+              _fmt(row["tgt_tokens_per_s"]), _fmt(row["model_tflops"]),
+              f"{100 * row['mfu']:.1f}%", _mib(row["step"]["peak_mem_bytes"])]
+             for row in result["rows"]]
+    b = result["batches"]
+    notes = [
+        f"ours / peer tokens/s: {result['ours_over_peer']:.2f}x",
+        f"{result['precision']} precision, {result['optimizer']}, eager (no torch.compile); "
+        f"{_timing_note(result['warmup_steps'], repeats)} (warm-up: every batch once at least)",
+        f"batches: {len(b)} synthetic token batches of batch_tokens={result['batch_tokens']}, "
+        f"{b[0]['sentences']} sentences of {SENTENCE_LENGTHS[0]}-{SENTENCE_LENGTHS[1]} "
+        f"subwords, ~{b[0]['tgt_tokens']:,} target tokens each (tok/s counts target tokens)",
+        f"MFU = model FLOP/s / peak {result['peak_tflops']:.3g} TFLOP/s "
+        f"({result['peak_source']}); model FLOPs: {result['flops_convention']}",
+        f"peak MiB: {result['memory_method']}",
+    ]
+    headers = ["model", "params", "step\nms", "tgt\ntok/s", "model\nTFLOP/s", "MFU",
+               "peak\nMiB"]
+    return _table("train step", headers, cells, notes)
+
+
+def render_infer(result: dict[str, Any], warmup: int, repeats: int) -> list[RenderableType]:
+    cells = [[row["search"], str(row["batch"]), _fmt(row["call"]["p50_ms"]),
+              _fmt(row["call"]["p95_ms"]), _fmt(row["sentences_per_s"]),
+              _fmt(row["tgt_tokens_per_s"])] for row in result["rows"]]
+    notes = [
+        f"{result['precision']} (as eval and translate decode), key/value cache; every sentence "
+        f"decodes exactly {result['max_len_b']} tokens + EOS (EOS logit suppressed until the "
+        f"length limit, max_len_a=0, max_len_b={result['max_len_b']}); sources of "
+        f"{SENTENCE_LENGTHS[0]}-{SENTENCE_LENGTHS[1]} subwords",
+        f"p50/p95 ms: latency of one call (the batch 1 rows: single-sentence latency) over "
+        f"{repeats} timed runs after {warmup} warm-up runs; rates use the median",
+    ]
+    headers = ["search", "batch", "p50 ms", "p95 ms", "sent/s", "tgt tok/s"]
+    return _table("decoding", headers, cells, notes)
+
+
+RENDERERS = {"attention": render_attention, "train": render_train, "infer": render_infer}
