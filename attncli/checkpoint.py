@@ -381,12 +381,17 @@ def average_command(run_dir: Path, last: int) -> None:
 
 
 class TrainedModel:
-    """What eval, translate and bench need from a run: its config, tokenizer and model."""
+    """What eval, translate and bench need from a run: its config, tokenizer and model.
 
-    def __init__(self, paths: RunPaths, config, tokenizer, model: nn.Module, device: torch.device,
-                 checkpoint: Path):
+    `engine` is another engine's exported copy of the model (`export.CTranslate2Engine`) when
+    decoding goes there instead; `model` is then None.
+    """
+
+    def __init__(self, paths: RunPaths, config, tokenizer, model: nn.Module | None,
+                 device: torch.device, checkpoint: Path, engine: Any = None):
         self.paths, self.config, self.tokenizer = paths, config, tokenizer
         self.model, self.device, self.checkpoint = model, device, checkpoint
+        self.engine = engine
 
 
 def build_model(config, tokenizer) -> nn.Module:
@@ -397,9 +402,10 @@ def build_model(config, tokenizer) -> nn.Module:
                               pad_id=tokenizer.pad_id)
 
 
-def load_trained_model(run_dir: Path, device: torch.device,
-                       checkpoint: str = "best") -> TrainedModel:
-    """Open a run folder and load its tokenizer and the named checkpoint's weights."""
+def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "best",
+                       weights: bool = True) -> TrainedModel:
+    """Open a run folder and load its tokenizer and (unless `weights` is False) the named
+    checkpoint's weights."""
     from attncli.config import load_config, model_fingerprint
     from attncli.runs import open_run
     from attncli.tokenizer import load_tokenizer
@@ -408,6 +414,8 @@ def load_trained_model(run_dir: Path, device: torch.device,
     folder = checkpoint_dir(paths, checkpoint)
     config = load_config(paths.config)
     tokenizer = load_tokenizer(paths, config.tokenizer.joint)
+    if not weights:
+        return TrainedModel(paths, config, tokenizer, None, device, folder)
     model = build_model(config, tokenizer)
     load_weights(model, folder, model_fingerprint(config.model))
     return TrainedModel(paths, config, tokenizer, model.to(device).eval(), device, folder)

@@ -32,6 +32,19 @@ CHECKPOINT_HELP = ("Which checkpoint: best, last, averaged (see `attncli average
                    "(one of the run's checkpoints/step-N folders).")
 
 
+class Engine(str, Enum):
+    torch = "torch"
+    ctranslate2 = "ctranslate2"
+
+
+ENGINE_OPTION = typer.Option(
+    Engine.torch, "--engine", help="torch: attncli's own decoder; ctranslate2: the run's "
+    "CTranslate2 export (see `attncli export`), with the same tokenizer, beam and limits.")
+EXPORTED_OPTION = typer.Option(
+    None, "--exported", help="The CTranslate2 folder for --engine ctranslate2 (default: "
+    "RUN/ctranslate2).")
+
+
 class Split(str, Enum):
     test = "test"
     val = "val"
@@ -126,11 +139,14 @@ def eval_(
     json_out: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
     device: str = DEVICE_OPTION,
     checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+    engine: Engine = ENGINE_OPTION,
+    exported: Path | None = EXPORTED_OPTION,
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
     from attncli.evaluate import eval_command
 
-    eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint)
+    eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint, engine.value,
+                 exported)
 
 
 @app.command()
@@ -160,14 +176,34 @@ def translate(
     ),
     device: str = DEVICE_OPTION,
     checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+    engine: Engine = ENGINE_OPTION,
+    exported: Path | None = EXPORTED_OPTION,
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
     from attncli.translate import translate_command
 
     translate_command(
         text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
-        attention_png, layer, head, device, checkpoint,
+        attention_png, layer, head, device, checkpoint, engine.value, exported,
     )
+
+
+@app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
+    to: str = typer.Option("ctranslate2", "--to", help="The format: ctranslate2."),
+    quantization: str = typer.Option(
+        "float32", "--quantization", help="Stored weight type: float32, int8, int8_float32, "
+        "int8_float16, int16, float16, bfloat16, ... (CTranslate2's list)."),
+    output: Path | None = typer.Option(
+        None, "--output", help="The model folder to write (default: RUN/ctranslate2)."),
+    force: bool = typer.Option(False, "--force", help="Replace the output folder if it exists."),
+    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+) -> None:
+    """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli[ct2]`)."""
+    from attncli.export import export_command
+
+    export_command(run_dir, to, quantization, output, force, checkpoint)
 
 
 @app.command()

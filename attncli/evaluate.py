@@ -111,8 +111,47 @@ def translate_texts(
                          precision)
 
 
+ENGINES = ("torch", "ctranslate2")
+
+
+def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str = "torch",
+                      exported: Path | None = None) -> TrainedModel:
+    """The run, ready to translate with attncli's own decoder (`torch`) or with its
+    CTranslate2 export (`ctranslate2`, from `exported` or the run's `ctranslate2/` folder)."""
+    if engine == "torch":
+        return load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
+    from attncli.export import open_engine
+
+    if device not in ("auto", "cpu"):
+        raise AttncliError(f"--device {device}: attncli runs CTranslate2 on the CPU only")
+    trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint, weights=False)
+    trained.engine = open_engine(trained.paths.root, exported, trained.tokenizer,
+                                 trained.config.decode)
+    trained.checkpoint = Path(trained.engine.metadata["checkpoint"])
+    return trained
+
+
+def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int,
+               need_attention: bool = False,
+               progress: Callable[[int], None] | None = None) -> list[list[Hypothesis]]:
+    """`search.translate_ids` on the run's model, or the same through its exported engine."""
+    if trained.engine is None:
+        return translate_ids(trained.model, src_ids, trained.config.decode, beam, nbest,
+                             trained.device, need_attention, progress, decode_precision(trained))
+    if need_attention:
+        raise AttncliError("attention views need --engine torch (CTranslate2 returns no "
+                           "attention weights here)")
+    found = trained.engine.translate_ids(src_ids, beam, nbest)
+    if progress is not None:
+        progress(len(src_ids))
+    return found
+
+
 def decode_precision(trained: TrainedModel) -> str:
-    """The precision eval and translate decode in (see ``device.resolve_decode_precision``)."""
+    """The precision eval and translate decode in (see ``device.resolve_decode_precision``);
+    with CTranslate2, the exported weights' type."""
+    if trained.engine is not None:
+        return trained.engine.metadata["quantization"]
     return resolve_decode_precision(trained.config.train.precision, trained.device)
 
 
@@ -132,9 +171,8 @@ def evaluate_split(
     """
     cfg = trained.config
     start = time.perf_counter()
-    found = translate_texts(trained.model, trained.tokenizer, texts_src, cfg.decode, beam, 1,
-                            trained.device, on_truncate=on_truncate, progress=progress,
-                            precision=decode_precision(trained))
+    src_ids = encode_sources(trained.tokenizer, texts_src, cfg.model.max_positions, on_truncate)
+    found = decode_ids(trained, src_ids, beam, 1, progress=progress)
     seconds = time.perf_counter() - start
     hyps = [trained.tokenizer.decode_tgt(h[0].tokens) for h in found]
     return {
@@ -148,7 +186,8 @@ def evaluate_split(
 
 
 def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
-                 device: str, checkpoint: str = "best") -> None:
+                 device: str, checkpoint: str = "best", engine: str = "torch",
+                 exported: Path | None = None) -> None:
     """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json."""
     from rich.console import Console
     from rich.progress import Progress
@@ -156,7 +195,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     from attncli.data import load_split
 
-    trained = load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
+    trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported)
     config = trained.config
     data_cfg = config.data.model_copy(update={split: data}) if data else config.data
     parallel = load_split(data_cfg, split)
@@ -178,7 +217,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     hyps = result.pop("hypotheses")
     report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
-              "split": split, "precision": decode_precision(trained), **result}
+              "split": split, "engine": engine, "precision": decode_precision(trained), **result}
     paths = trained.paths
     atomic_write_text(paths.eval_dir / f"{split}.hyp.txt", "".join(f"{h}\n" for h in hyps))
     atomic_write_json(paths.eval_dir / f"{split}.json", report)

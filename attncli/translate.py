@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from attncli.checkpoint import TrainedModel, load_trained_model
-from attncli.device import resolve_device
+from attncli.checkpoint import TrainedModel
 from attncli.errors import AttncliError
-from attncli.evaluate import decode_precision, encode_sources
+from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 from attncli.plots import attention_table, plot_attention
 from attncli.runs import find_latest_run
-from attncli.search import Hypothesis, translate_ids
+from attncli.search import Hypothesis
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
 CHUNK_LINES = 256
@@ -174,10 +173,7 @@ def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest
 
     src_ids = encode_sources(trained.tokenizer, [item.text for item in good],
                              trained.config.model.max_positions, warn)
-    found = translate_ids(trained.model, src_ids, trained.config.decode, beam, nbest,
-                          trained.device, need_attention=need_attention,
-                          precision=decode_precision(trained))
-    return src_ids, found
+    return src_ids, decode_ids(trained, src_ids, beam, nbest, need_attention)
 
 
 def translate_command(
@@ -194,13 +190,17 @@ def translate_command(
     head: int | None,
     device: str,
     checkpoint: str = "best",
+    engine: str = "torch",
+    exported: Path | None = None,
 ) -> None:
     """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
+    if engine != "torch" and (show_attention or attention_png):
+        raise AttncliError("--show-attention and --attention-png need --engine torch")
     failed = total = 0
     with contextlib.ExitStack() as stack:
         inputs, chunk_size = _open_inputs(texts, input_file, stack)
         run_dir = run if run is not None else find_latest_run(Path("runs")).root
-        trained = load_trained_model(run_dir, resolve_device(device), checkpoint)
+        trained = load_for_decoding(run_dir, device, checkpoint, engine, exported)
         beam = beam or trained.config.decode.beam
         if nbest > beam:
             raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")

@@ -1,0 +1,203 @@
+"""A run's checkpoint as a CTranslate2 model folder, and translation with CTranslate2.
+
+    attncli export runs/m30k --to ctranslate2 [--quantization int8] [--output DIR] [--force]
+    attncli eval runs/m30k --engine ctranslate2          (translate takes --engine too)
+
+The model is described through CTranslate2's own spec API (`TransformerSpec`) and written by
+its own converter, so the folder is what CTranslate2 itself would write: the layer counts,
+heads, pre- or post-norm, the embeddings (shared or not), our sinusoidal position table passed
+as it is (CTranslate2's own table interleaves sine and cosine differently), layer norms with
+torch's epsilon, and vocabularies listing the run's SentencePiece pieces by id. Sources get our
+EOS appended and decoding starts from our BOS, as attncli's own search does.
+
+`ctranslate2` is an optional extra (`pip install attncli[ct2]`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attncli.errors import AttncliError
+
+DEFAULT_FOLDER = "ctranslate2"  # under the run folder
+METADATA = "attncli.json"  # what was exported, beside CTranslate2's files
+INSTALL_HINT = "CTranslate2 is not installed: pip install 'attncli[ct2]' (or ctranslate2>=4)"
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise AttncliError(INSTALL_HINT) from None
+    return ctranslate2
+
+
+def quantizations() -> list[str]:
+    """The weight types CTranslate2 can store (and `--quantization` takes)."""
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    return list(ACCEPTED_MODEL_TYPES)
+
+
+def _check_exportable(config) -> None:
+    """What the format cannot hold, refused with the reason."""
+    if config.model.scoring != "dot":
+        raise AttncliError(f"model.scoring={config.model.scoring}: CTranslate2's Transformer has "
+                           "scaled dot-product attention only; this run cannot be exported")
+
+
+def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    spec.weight = weight.detach().float().numpy()
+    if bias is not None:
+        spec.bias = bias.detach().float().numpy()
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma = norm.weight.detach().float().numpy()
+    spec.beta = norm.bias.detach().float().numpy()
+
+
+def _attention(spec, attention, norm: torch.nn.LayerNorm) -> None:
+    """Self-attention: fused q|k|v then out. Cross-attention: q, fused k|v, out."""
+    _norm(spec.layer_norm, norm)
+    parts = ([attention.qkv] if attention.kind == "self" else [attention.q, attention.kv])
+    for linear_spec, linear in zip(spec.linear, [*parts, attention.out], strict=True):
+        _linear(linear_spec, linear.weight, linear.bias)
+
+
+def _feed_forward(spec, ff, norm: torch.nn.LayerNorm) -> None:
+    _norm(spec.layer_norm, norm)
+    first, _, _, second = ff.net
+    _linear(spec.linear_0, first.weight, first.bias)
+    _linear(spec.linear_1, second.weight, second.bias)
+
+
+def _pieces(processor) -> list[str]:
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+def build_spec(model, tokenizer):
+    """A `TransformerSpec` holding `model`'s weights and the tokenizer's vocabularies."""
+    _ctranslate2()
+    from ctranslate2.specs import TransformerSpec
+
+    cfg = model.cfg
+    spec = TransformerSpec.from_config((cfg.enc_layers, cfg.dec_layers), cfg.heads,
+                                       pre_norm=cfg.norm == "pre")
+    spec.config.layer_norm_epsilon = model.encoder_layers[0].attn_block.norm.eps
+    table = model.positions.table.float().numpy()
+    encoder, decoder = spec.encoder, spec.decoder
+    encoder.embeddings[0].weight = model.src_embed.weight.detach().float().numpy()
+    decoder.embeddings.weight = model.tgt_embed.weight.detach().float().numpy()
+    encoder.position_encodings.encodings = table
+    decoder.position_encodings.encodings = table
+    for layer_spec, layer in zip(encoder.layer, model.encoder_layers, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn, layer.attn_block.norm)
+        _feed_forward(layer_spec.ffn, layer.ff, layer.ff_block.norm)
+    for layer_spec, layer in zip(decoder.layer, model.decoder_layers, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn, layer.self_block.norm)
+        _attention(layer_spec.attention, layer.cross_attn, layer.cross_block.norm)
+        _feed_forward(layer_spec.ffn, layer.ff, layer.ff_block.norm)
+    if cfg.norm == "pre":
+        _norm(encoder.layer_norm, model.encoder_norm)
+        _norm(decoder.layer_norm, model.decoder_norm)
+    _linear(decoder.projection, model.output_weight, model.output_bias)
+    spec.register_source_vocabulary(_pieces(tokenizer.src))
+    spec.register_target_vocabulary(_pieces(tokenizer.tgt))
+    return spec
+
+
+def export_command(run_dir: Path, to: str, quantization: str, output: Path | None,
+                   force: bool, checkpoint: str = "best") -> Path:
+    """`attncli export`: write the CTranslate2 folder; returns it."""
+    if to != "ctranslate2":
+        raise AttncliError(f"--to {to}: the one export target is ctranslate2")
+    ct2 = _ctranslate2()
+    if quantization not in quantizations():
+        raise AttncliError(f"--quantization {quantization}: CTranslate2 stores one of "
+                           f"{', '.join(quantizations())}")
+    from attncli.checkpoint import load_trained_model
+
+    trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
+    _check_exportable(trained.config)
+    target = output or trained.paths.root / DEFAULT_FOLDER
+    if target.exists() and not force:
+        raise AttncliError(f"{target} exists; give --force to replace it, or --output another "
+                           "folder")
+    spec = build_spec(trained.model, trained.tokenizer)
+
+    class _FromSpec(ct2.converters.Converter):
+        def _load(self):
+            return spec
+
+    staging = target.with_name(f".tmp-{target.name}")
+    shutil.rmtree(staging, ignore_errors=True)
+    _FromSpec().convert(str(staging), quantization=quantization)
+    (staging / METADATA).write_text(json.dumps({
+        "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
+        "quantization": quantization, "max_positions": trained.config.model.max_positions},
+        indent=1))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    print(f"exported {trained.paths.root} ({trained.checkpoint.name}) to {target} "
+          f"({quantization})")
+    return target
+
+
+class CTranslate2Engine:
+    """Translates with an exported folder: same tokenizer, beam, length penalty and output
+    limits as attncli's own search (`search.translate_ids`), hypotheses in its `Hypothesis`."""
+
+    def __init__(self, folder: Path, tokenizer, decode_cfg, threads: int = 0):
+        ct2 = _ctranslate2()
+        if not (folder / "model.bin").is_file():
+            raise AttncliError(f"{folder}: no CTranslate2 model here; make one with `attncli "
+                               f"export {folder.parent} --to ctranslate2`")
+        self.metadata: dict[str, Any] = json.loads((folder / METADATA).read_text())
+        self.translator = ct2.Translator(str(folder), device="cpu", intra_threads=threads)
+        self.tokenizer, self.cfg = tokenizer, decode_cfg
+
+    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int) -> list:
+        """Source ids (ending in EOS) -> `nbest` `Hypothesis` per sentence, in input order.
+
+        CTranslate2 takes one length limit per batch; attncli's limit grows with each
+        sentence's length, so sentences go in groups of equal limit.
+        """
+        from attncli.search import Hypothesis
+
+        limits = [self._limit(len(ids)) for ids in src_ids]
+        results: list = [None] * len(src_ids)
+        for limit in sorted(set(limits)):
+            rows = [i for i, lim in enumerate(limits) if lim == limit]
+            pieces = [[self.tokenizer.src.id_to_piece(t) for t in src_ids[i]] for i in rows]
+            found = self.translator.translate_batch(
+                pieces, beam_size=beam, num_hypotheses=nbest, max_decoding_length=limit,
+                length_penalty=self.cfg.length_penalty, return_scores=True, max_batch_size=64)
+            for i, result in zip(rows, found, strict=True):
+                results[i] = [Hypothesis([self.tokenizer.tgt.piece_to_id(p) for p in tokens],
+                                         score, float("nan"))
+                              for tokens, score in zip(result.hypotheses, result.scores,
+                                                       strict=True)]
+        return results
+
+    def _limit(self, src_len: int) -> int:
+        """`search.max_output_lengths` for one sentence."""
+        import math
+
+        limit = self.metadata["max_positions"] - 1
+        return max(1, min(limit, math.floor(self.cfg.max_len_a * src_len + self.cfg.max_len_b)))
+
+
+def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:
+    """The exported model of `run_dir` (its `ctranslate2/` folder unless `folder` is given)."""
+    target = folder or Path(run_dir) / DEFAULT_FOLDER
+    if not target.is_dir():
+        raise AttncliError(f"{run_dir}: never exported to CTranslate2 ({target} is missing); run "
+                           f"`attncli export {run_dir} --to ctranslate2` first")
+    return CTranslate2Engine(target, tokenizer, decode_cfg, torch.get_num_threads())

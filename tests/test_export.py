@@ -1,0 +1,99 @@
+"""A run exported to CTranslate2 translates as attncli does; bad input is one line.
+
+CTranslate2 is an optional extra; the dev install (and so CI) has it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import SMALL, assert_one_line_error, run_cli, train
+
+pytest.importorskip("ctranslate2")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, data_dir) -> Path:
+    """A tiny run trained until its translations have words (of the toy language, in part),
+    exported."""
+    root = tmp_path_factory.mktemp("export")
+    result = train(data_dir, root, SMALL, "--name", "tiny",
+                   sets=["train.max_steps=60", "train.lr=0.005"])
+    assert result.returncode == 0, result.stderr
+    exported = run_cli("export", str(root / "tiny"), "--to", "ctranslate2")
+    assert exported.returncode == 0, exported.stderr
+    return root / "tiny"
+
+
+def _hypotheses(run: Path, data_dir: Path, *args: str) -> tuple[list[str], dict]:
+    result = run_cli("eval", str(run), "--json", *args, data_dir=data_dir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    return (run / "eval" / "test.hyp.txt").read_text().splitlines(), report
+
+
+def test_exported_greedy_output_equals_attncli(run, data_dir):
+    ours, our_report = _hypotheses(run, data_dir, "--beam", "1")
+    theirs, report = _hypotheses(run, data_dir, "--beam", "1", "--engine", "ctranslate2")
+    assert report["engine"] == "ctranslate2" and report["precision"] == "float32"
+    assert len(ours) == 40 and len({h for h in ours if h.strip()}) > 5  # varied, not empty
+    assert theirs == ours
+    assert report["bleu"] == our_report["bleu"]
+
+
+def test_exported_beam_search_runs_with_the_runs_settings(run, data_dir):
+    """Beam search may rank differently at the length limit (attncli forces and scores an EOS
+    there, CTranslate2 stops); how close the two are on a real run is in the README."""
+    theirs, report = _hypotheses(run, data_dir, "--beam", "4", "--engine", "ctranslate2")
+    assert report["beam"] == 4 and len(theirs) == 40 and any(h.strip() for h in theirs)
+
+
+def test_translate_with_either_engine(run, data_dir):
+    sentence = "The man sees a red ball."
+    ours = run_cli("translate", sentence, "--run", str(run), "--beam", "1")
+    theirs = run_cli("translate", sentence, "--run", str(run), "--beam", "1",
+                     "--engine", "ctranslate2")
+    assert ours.returncode == theirs.returncode == 0, theirs.stderr
+    assert theirs.stdout == ours.stdout and ours.stdout.strip()
+
+
+def test_int8_export_translates(run, data_dir, tmp_path):
+    folder = tmp_path / "int8"
+    result = run_cli("export", str(run), "--quantization", "int8", "--output", str(folder))
+    assert result.returncode == 0, result.stderr
+    hyps, report = _hypotheses(run, data_dir, "--beam", "1", "--engine", "ctranslate2",
+                               "--exported", str(folder))
+    assert report["precision"] == "int8" and len(hyps) == 40
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["export", "{tmp}/nope", "--to", "ctranslate2"], "nope"),
+    (["export", "{run}", "--quantization", "int3"], "--quantization int3: CTranslate2 stores"),
+    (["export", "{run}", "--to", "onnx"], "--to onnx"),
+    (["export", "{run}"], "exists; give --force"),
+    (["eval", "{run}", "--engine", "ctranslate2", "--exported", "{tmp}/none"], "never exported"),
+    (["translate", "hi", "--run", "{run}", "--engine", "ctranslate2", "--show-attention"],
+     "need --engine torch"),
+])
+def test_bad_export_input_is_one_line(run, data_dir, tmp_path, args, expected):
+    filled = [a.format(run=run, tmp=tmp_path) for a in args]
+    assert_one_line_error(run_cli(*filled, data_dir=data_dir), expected)
+
+
+def test_a_run_never_exported_says_how(data_dir, tmp_path, run):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.yaml", "spm.model"):
+        shutil.copy(run / name, bare / name)
+    shutil.copytree(run / "checkpoints", bare / "checkpoints")
+    result = run_cli("translate", "hi", "--run", str(bare), "--engine", "ctranslate2")
+    assert_one_line_error(result, "attncli export")
+
+
+def test_without_ctranslate2_the_command_says_how_to_install(run, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    assert_one_line_error(run_cli("export", str(run), "--force"), "pip install 'attncli[ct2]'")
