@@ -157,6 +157,9 @@ class TrainConfig(_Section):
     workers: int | Literal["auto"] = Field(
         "auto", description="Processes that collate batches ahead of the training step (0: "
                             "the training process itself; auto: see batching.py).")
+    tensorboard: bool | Literal["auto"] = Field(
+        "auto", description="Also log the metrics to RUN/tensorboard/ (auto: when tensorboard "
+                            "is installed).")
 
     @field_validator("pad_multiple", "workers", mode="before")
     @classmethod
@@ -325,7 +328,7 @@ RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
         "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
         "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
-        "workers"}),
+        "workers", "tensorboard"}),
     "decode": None,  # every key: decoding settings only affect validation BLEU
 }
 _WHY_FIXED = {"data": "it changes the training data and its order",

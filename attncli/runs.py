@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -94,6 +95,10 @@ class RunPaths:
         return self.root / "train.log"
 
     @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
     def curves(self) -> Path:
         return self.root / "curves.png"
 
@@ -167,16 +172,20 @@ class MetricsLog:
     """Appends one JSON object per event to metrics.jsonl (flushed at once, so a crash keeps it).
 
     With no path it keeps nothing: what the training processes other than rank 0 write to.
+    `mirror`, when set, gets every record too (the TensorBoard log).
     """
 
     def __init__(self, path: Path | None):
         self.path = Path(path) if path is not None else None
+        self.mirror: Callable[[dict[str, Any]], None] | None = None
 
     def write(self, record: dict[str, Any]) -> None:
         if self.path is None:
             return
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        if self.mirror is not None:
+            self.mirror(record)
 
     def read(self) -> list[dict[str, Any]]:
         """Every event; a last line cut short by a kill is left out."""

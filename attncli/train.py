@@ -689,6 +689,7 @@ def _train(config, resumed, config_path, name, runs_dir, world: World, device) -
     from attncli.config import check_process_shares
     from attncli.device import allow_tf32, set_threads
     from attncli.progress import SilentReporter
+    from attncli.tensorboard_log import open_tensorboard
     from attncli.tokenizer import tokenizer_from_bytes
 
     set_threads(config.train.threads)
@@ -705,15 +706,22 @@ def _train(config, resumed, config_path, name, runs_dir, world: World, device) -
     tokenizer = tokenizer_from_bytes(data.models)
     reporter = (Reporter(paths.log, config.train.max_steps, 0, earlier) if world.primary
                 else SilentReporter())
+    tensorboard = None
     try:
         with _disk_errors_as_user_errors(paths):
             trainer = Trainer(config, paths, tokenizer, data, device, reporter, world)
             if resumed is not None:
                 _resume(trainer, config, reporter)
+            if world.primary:
+                tensorboard = trainer.metrics.mirror = open_tensorboard(
+                    config.train.tensorboard, paths.tensorboard,
+                    trainer.step if resumed is not None else None)
             _banner(reporter, trainer, data)
             signal_name = trainer.run()
     finally:
         reporter.close()
+        if tensorboard is not None:
+            tensorboard.close()
     if not signal_name:
         return None
     if world.primary:

@@ -193,3 +193,29 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
     assert len(shapes) >= 6
     assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
     torch._dynamo.reset()
+
+
+def test_tensorboard_events_hold_the_metrics_scalars(data_dir, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = train(data_dir, tmp_path, SMALL, "--name", "tb",
+                   sets=["train.max_steps=6", "train.eval_every=3", "train.tensorboard=true"])
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "tb"
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    expected = {}
+    for record in records:
+        names = {"train": ("loss", "lr", "tokens_per_s", "grad_norm"),
+                 "val": ("val_loss", "val_bleu")}.get(record["event"], ())
+        for name in names:
+            expected.setdefault(f"{record['event']}/{name}", []).append(
+                (record["step"], record[name]))
+    assert set(events.Tags()["scalars"]) == set(expected)
+    for tag, points in expected.items():
+        found = [(e.step, e.value) for e in events.Scalars(tag)]
+        assert [s for s, _ in found] == [s for s, _ in points], tag
+        for (_, value), (_, want) in zip(found, points, strict=True):
+            assert value == pytest.approx(want, rel=1e-6), tag

@@ -1,0 +1,52 @@
+"""Training metrics in TensorBoard: the scalars of metrics.jsonl, also under RUN/tensorboard/.
+
+    tensorboard --logdir runs
+
+TensorBoard is optional (`pip install 'attncli[tensorboard]'`); `train.tensorboard: auto` logs
+to it when it is installed. metrics.jsonl stays the record attncli itself reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attncli.errors import AttncliError
+
+# The figures of each metrics.jsonl event that become scalars, tagged "<event>/<figure>".
+SCALARS = {"train": ("loss", "lr", "tokens_per_s", "grad_norm"),
+           "val": ("val_loss", "val_bleu")}
+
+
+class TensorBoardLog:
+    """Writes each metrics record's scalars as TensorBoard events at the record's step."""
+
+    def __init__(self, folder: Path, resumed_at: int | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        # A resumed run replays the steps after its checkpoint: drop what was logged past it.
+        purge = resumed_at + 1 if resumed_at is not None else None
+        self.writer = SummaryWriter(str(folder), purge_step=purge)
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        for figure in SCALARS.get(record.get("event"), ()):
+            self.writer.add_scalar(f"{record['event']}/{figure}", record[figure], record["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def open_tensorboard(setting: bool | str, folder: Path,
+                     resumed_at: int | None) -> TensorBoardLog | None:
+    """The log `train.tensorboard` asks for, or None (off, or `auto` without tensorboard)."""
+    if setting is False:
+        return None
+    try:
+        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
+    except ImportError:
+        if setting is True:
+            raise AttncliError("train.tensorboard is true but tensorboard is not installed: "
+                               "pip install 'attncli[tensorboard]', or set it to auto") from None
+        return None
+    return TensorBoardLog(folder, resumed_at)
