@@ -82,8 +82,8 @@ def _pieces(processor) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def build_spec(model, tokenizer):
-    """A `TransformerSpec` holding `model`'s weights and the tokenizer's vocabularies."""
+def build_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
+    """A `TransformerSpec` holding `model`'s weights and the vocabularies (pieces by id)."""
     _ctranslate2()
     from ctranslate2.specs import TransformerSpec
 
@@ -108,9 +108,27 @@ def build_spec(model, tokenizer):
         _norm(encoder.layer_norm, model.encoder_norm)
         _norm(decoder.layer_norm, model.decoder_norm)
     _linear(decoder.projection, model.output_weight, model.output_bias)
-    spec.register_source_vocabulary(_pieces(tokenizer.src))
-    spec.register_target_vocabulary(_pieces(tokenizer.tgt))
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
     return spec
+
+
+def write_spec(spec, folder: Path, quantization: str) -> None:
+    """CTranslate2's converter writes the model folder (checks, quantization, files)."""
+    ct2 = _ctranslate2()
+
+    class _FromSpec(ct2.converters.Converter):
+        def _load(self):
+            return spec
+
+    _FromSpec().convert(str(folder), quantization=quantization)
+
+
+def open_translator(folder: Path, threads: int):
+    """A CPU `ctranslate2.Translator`: one thread per batch and as many batches at once as
+    threads, since attncli's limit groups are small batches (benchmarks/MEASUREMENTS.md)."""
+    return _ctranslate2().Translator(str(folder), device="cpu", inter_threads=max(1, threads),
+                                     intra_threads=1)
 
 
 def export_command(run_dir: Path, to: str, quantization: str, output: Path | None,
@@ -118,7 +136,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     """`attncli export`: write the CTranslate2 folder; returns it."""
     if to != "ctranslate2":
         raise AttncliError(f"--to {to}: the one export target is ctranslate2")
-    ct2 = _ctranslate2()
+    _ctranslate2()
     if quantization not in quantizations():
         raise AttncliError(f"--quantization {quantization}: CTranslate2 stores one of "
                            f"{', '.join(quantizations())}")
@@ -130,15 +148,11 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     if target.exists() and not force:
         raise AttncliError(f"{target} exists; give --force to replace it, or --output another "
                            "folder")
-    spec = build_spec(trained.model, trained.tokenizer)
-
-    class _FromSpec(ct2.converters.Converter):
-        def _load(self):
-            return spec
-
+    spec = build_spec(trained.model, _pieces(trained.tokenizer.src),
+                      _pieces(trained.tokenizer.tgt))
     staging = target.with_name(f".tmp-{target.name}")
     shutil.rmtree(staging, ignore_errors=True)
-    _FromSpec().convert(str(staging), quantization=quantization)
+    write_spec(spec, staging, quantization)
     (staging / METADATA).write_text(json.dumps({
         "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
         "quantization": quantization, "max_positions": trained.config.model.max_positions},
@@ -155,31 +169,33 @@ class CTranslate2Engine:
     limits as attncli's own search (`search.translate_ids`), hypotheses in its `Hypothesis`."""
 
     def __init__(self, folder: Path, tokenizer, decode_cfg, threads: int = 0):
-        ct2 = _ctranslate2()
         if not (folder / "model.bin").is_file():
             raise AttncliError(f"{folder}: no CTranslate2 model here; make one with `attncli "
                                f"export {folder.parent} --to ctranslate2`")
         self.metadata: dict[str, Any] = json.loads((folder / METADATA).read_text())
-        self.translator = ct2.Translator(str(folder), device="cpu", intra_threads=threads)
+        self.translator = open_translator(folder, threads)
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 
     def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int) -> list:
         """Source ids (ending in EOS) -> `nbest` `Hypothesis` per sentence, in input order.
 
         CTranslate2 takes one length limit per batch; attncli's limit grows with each
-        sentence's length, so sentences go in groups of equal limit.
+        sentence's length, so sentences go in groups of equal limit, translated side by side.
         """
         from attncli.search import Hypothesis
 
-        limits = [self._limit(len(ids)) for ids in src_ids]
+        groups: dict[int, list[int]] = {}
+        for i, ids in enumerate(src_ids):
+            groups.setdefault(self._limit(len(ids)), []).append(i)
+        pending = [(rows, self.translator.translate_batch(
+            [[self.tokenizer.src.id_to_piece(t) for t in src_ids[i]] for i in rows],
+            beam_size=beam, num_hypotheses=nbest, max_decoding_length=limit,
+            length_penalty=self.cfg.length_penalty, return_scores=True, max_batch_size=64,
+            asynchronous=True)) for limit, rows in groups.items()]
         results: list = [None] * len(src_ids)
-        for limit in sorted(set(limits)):
-            rows = [i for i, lim in enumerate(limits) if lim == limit]
-            pieces = [[self.tokenizer.src.id_to_piece(t) for t in src_ids[i]] for i in rows]
-            found = self.translator.translate_batch(
-                pieces, beam_size=beam, num_hypotheses=nbest, max_decoding_length=limit,
-                length_penalty=self.cfg.length_penalty, return_scores=True, max_batch_size=64)
-            for i, result in zip(rows, found, strict=True):
+        for rows, futures in pending:
+            for i, future in zip(rows, futures, strict=True):
+                result = future.result()
                 results[i] = [Hypothesis([self.tokenizer.tgt.piece_to_id(p) for p in tokens],
                                          score, float("nan"))
                               for tokens, score in zip(result.hypotheses, result.scores,

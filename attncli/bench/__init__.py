@@ -9,7 +9,8 @@ and the file never disagree.
   it dispatched to) and additive attention, forward and forward+backward, over sequence lengths;
 * train: tokens/s and MFU of a full ``train_step`` for the config's model, next to a peer built
   from ``torch.nn.Transformer`` with the same sizes, batches, precision and optimizer;
-* infer: greedy and beam-5 decoding at batch 1 and 64 with a fixed output length.
+* infer: greedy and beam-5 decoding at batch 1 and 64 with a fixed output length, and the
+  same model through its CTranslate2 export (on CPU, when ctranslate2 is installed).
 
 One module per job: ``peaks`` (the device's peak throughput), ``flops`` (the FLOP model),
 ``peer`` (the torch.nn.Transformer peer), ``attention_suite``, ``train_suite``,

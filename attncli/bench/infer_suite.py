@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +36,43 @@ def _decode_runner(model: Seq2SeqTransformer, src: Tensor, beam: int, output_len
     return run
 
 
+def _row(engine: str, beam: int, batch_size: int, timing, tokens: int) -> dict[str, Any]:
+    return {"search": engine + ("greedy" if beam == 1 else f"beam {beam}"), "beam": beam,
+            "batch": batch_size, "call": timing.to_json(),
+            "sentences_per_s": batch_size / timing.median_s, "tgt_tokens": tokens,
+            "tgt_tokens_per_s": tokens / timing.median_s}
+
+
+def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, Tensor],
+                      beams: Sequence[int], output_len: int, warmup: int, repeats: int
+                      ) -> list[dict[str, Any]]:
+    """The same model and sources through its CTranslate2 export (float32), as
+    `--engine ctranslate2` runs it: output_len + 1 decoder steps per sentence, as above."""
+    import tempfile
+
+    from attncli.export import build_spec, open_translator, write_spec
+
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", *(f"t{i}" for i in range(EOS_ID + 1, vocab))]
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        write_spec(build_spec(model.cpu(), pieces, pieces), Path(folder) / "model", "float32")
+        translator = open_translator(Path(folder) / "model", torch.get_num_threads())
+        for beam in beams:
+            for batch_size, src in sources.items():
+                batch = [[pieces[t] for t in row if t != PAD_ID] for row in src.tolist()]
+                found: list[Any] = []
+
+                def run(batch=batch, beam=beam, found=found) -> None:
+                    found[:] = translator.translate_batch(
+                        batch, beam_size=beam, max_decoding_length=output_len + 1,
+                        max_batch_size=64)
+
+                timing = measure(run, warmup, repeats, torch.device("cpu"))
+                rows.append(_row("ctranslate2 ", beam, batch_size, timing,
+                                 sum(len(r.hypotheses[0]) for r in found)))
+    return rows
+
+
 def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: int,
                     repeats: int, batch_sizes: Sequence[int] = (1, 64),
                     beams: Sequence[int] = (1, 5), output_len: int = 20) -> dict[str, Any]:
@@ -61,16 +100,10 @@ def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: i
             found: list[Any] = []
             timing = measure(_decode_runner(model, src, beam, output_len, device, precision,
                                             found), warmup, repeats, device)
-            tokens = sum(len(h.tokens) + 1 for h in found)
-            rows.append({
-                "search": "greedy" if beam == 1 else f"beam {beam}",
-                "beam": beam,
-                "batch": batch_size,
-                "call": timing.to_json(),
-                "sentences_per_s": batch_size / timing.median_s,
-                "tgt_tokens": tokens,
-                "tgt_tokens_per_s": tokens / timing.median_s,
-            })
+            rows.append(_row("", beam, batch_size, timing,
+                             sum(len(h.tokens) + 1 for h in found)))
+    if device.type == "cpu" and importlib.util.find_spec("ctranslate2") is not None:
+        rows += _ctranslate2_rows(model, vocab, sources, beams, output_len, warmup, repeats)
     return {
         "config_model": cfg.model.model_dump(mode="json"),
         "vocab": vocab,
