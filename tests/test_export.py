@@ -97,3 +97,19 @@ def test_a_run_never_exported_says_how(data_dir, tmp_path, run):
 def test_without_ctranslate2_the_command_says_how_to_install(run, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     assert_one_line_error(run_cli("export", str(run), "--force"), "pip install 'attncli[ct2]'")
+
+
+def test_post_norm_and_separate_vocabularies_export_too(data_dir, tmp_path):
+    """The paper's layout (post-norm, as wmt14-base.yaml) with a tokenizer per side and untied
+    embeddings: greedy output through CTranslate2 equals attncli's."""
+    result = train(data_dir, tmp_path, SMALL, "--name", "post",
+                   sets=["train.max_steps=60", "train.lr=0.005", "model.norm=post",
+                         "tokenizer.joint=false", "model.tie_embeddings=false",
+                         "tokenizer.vocab_size=200"])
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "post"
+    exported = run_cli("export", str(run))
+    assert exported.returncode == 0, exported.stderr
+    ours, _ = _hypotheses(run, data_dir, "--beam", "1")
+    theirs, _ = _hypotheses(run, data_dir, "--beam", "1", "--engine", "ctranslate2")
+    assert len({h for h in ours if h.strip()}) > 5 and theirs == ours
