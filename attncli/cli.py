@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from attncli import __version__
-from attncli.errors import AttncliError, reported_here
+from attncli.errors import AttncliError, report
 
 app = typer.Typer(
     name="attncli",
@@ -244,12 +244,8 @@ def main() -> None:
         # holds whether typer uses click or its own vendored copy of it.
         app()
     except AttncliError as err:
-        if reported_here(err):
-            print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report(err))
     except Exception as err:  # a real bug: one line unless asked for the traceback
         if os.environ.get("ATTNCLI_DEBUG"):
             raise
-        print(f"error: {type(err).__name__}: {err} (set ATTNCLI_DEBUG=1 for a traceback)",
-              file=sys.stderr)
-        sys.exit(1)
+        sys.exit(report(err))

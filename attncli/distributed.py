@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from attncli.errors import LAUNCHER_ENV, AttncliError, PeerFailed
+from attncli.errors import LAUNCHER_ENV, PEER_FAILED_EXIT, AttncliError, PeerFailed
 
 T = TypeVar("T")
 # How long a process waits in a collective for the others: rank 0 may be tokenizing a large
@@ -254,18 +254,17 @@ def _check_gpus_for(nproc: int, device_name: str) -> None:
 
 
 def _report_failure(failures: dict, nproc: int) -> int:
-    """Say which process failed and how, unless rank 0 said why itself (exit code 2, every
-    process meets the same user errors); the launcher's exit code."""
+    """The launcher's line and exit code. A process killed by a signal could not say why, so
+    the launcher says it; the others said their own errors (rank 0 for errors every process
+    meets) or stopped because a peer did (exit code 3, quiet)."""
     import signal
 
-    if getattr(failures.get(0), "exitcode", None) == 2:
-        return 2
-    rank = min(failures, key=lambda r: failures[r].timestamp)
-    exitcode = failures[rank].exitcode
-    if exitcode < 0:
-        how = f"was killed by {signal.Signals(-exitcode).name}"
-    else:
-        how = f"exited with code {exitcode}"
-    print(f"error: training process rank {rank} of {nproc} {how}; every process stopped, and "
-          f"the run folder keeps its last checkpoint", file=sys.stderr)
-    return 2 if exitcode == 2 else 1
+    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
+    if killed:
+        rank = min(killed, key=lambda r: killed[r].timestamp)
+        print(f"error: training process rank {rank} of {nproc} was killed by "
+              f"{signal.Signals(-killed[rank].exitcode).name}; every process stopped, and the "
+              f"run folder keeps its last checkpoint", file=sys.stderr)
+        return 1
+    codes = {f.exitcode for f in failures.values()}
+    return 2 if codes <= {2, PEER_FAILED_EXIT} else 1

@@ -6,6 +6,7 @@ usable from Python and keeps the "no traceback for bad input" rule in one place.
 """
 
 import os
+import sys
 
 
 class AttncliError(Exception):
@@ -17,6 +18,7 @@ class PeerFailed(AttncliError):
 
 
 LAUNCHER_ENV = "ATTNCLI_LAUNCHER"  # set for the processes `attncli train --nproc` starts
+PEER_FAILED_EXIT = 3  # a training process that stopped because another one did
 
 
 def reported_here(err: AttncliError) -> bool:
@@ -26,3 +28,15 @@ def reported_here(err: AttncliError) -> bool:
     if os.environ.get(LAUNCHER_ENV) != "1":
         return True
     return not isinstance(err, PeerFailed) and os.environ.get("RANK", "0") == "0"
+
+
+def report(err: Exception) -> int:
+    """Say `err` in one line on stderr, where this process should; its exit code (2 bad input,
+    3 another training process failed, 1 a bug)."""
+    if not isinstance(err, AttncliError):
+        print(f"error: {type(err).__name__}: {err} (set ATTNCLI_DEBUG=1 for a traceback)",
+              file=sys.stderr, flush=True)
+        return 1
+    if reported_here(err):
+        print(f"error: {err}", file=sys.stderr, flush=True)
+    return PEER_FAILED_EXIT if isinstance(err, PeerFailed) else 2

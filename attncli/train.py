@@ -642,21 +642,30 @@ def _prepare_run(config, resumed, config_path, name, runs_dir, world: World, say
 
     from attncli.config import save_config
     from attncli.corpus import prepare_training_data
+    from attncli.errors import AttncliError
     from attncli.runs import RunPaths, check_writable, create_run_dir, default_run_name
     from attncli.tokenizer import install_models, run_models
 
     models = run_models(resumed, config.tokenizer.joint) if resumed else None
+    shared: tuple | AttncliError | None = None
     if world.primary:
-        if resumed is None:
-            check_writable(Path(runs_dir))
-        # Prepare the data before making a run folder: bad data leaves nothing behind.
-        data = prepare_training_data(config, say, models)
-        paths = resumed or create_run_dir(Path(runs_dir),
-                                          name or default_run_name(Path(config_path)))
-        if resumed is None:
-            save_config(config, paths.config)
-            install_models(data.models, paths)
-    models, root = world.from_primary((data.models, str(paths.root)) if world.primary else None)
+        try:
+            if resumed is None:
+                check_writable(Path(runs_dir))
+            # Prepare the data before making a run folder: bad data leaves nothing behind.
+            data = prepare_training_data(config, say, models)
+            paths = resumed or create_run_dir(Path(runs_dir),
+                                              name or default_run_name(Path(config_path)))
+            if resumed is None:
+                save_config(config, paths.config)
+                install_models(data.models, paths)
+            shared = (data.models, str(paths.root))
+        except AttncliError as err:
+            shared = err
+    shared = world.from_primary(shared)  # the others stop on rank 0's error too, as it says it
+    if isinstance(shared, AttncliError):
+        raise shared
+    models, root = shared
     if not world.primary:
         data = prepare_training_data(config, say, models)
         paths = RunPaths(Path(root))
@@ -671,13 +680,21 @@ def train_command(config, resumed, config_path, name: str | None, runs_dir,
     ``config`` and ``resumed`` come from ``runs.training_config``, which the CLI calls before
     importing this module (and torch), so a bad config or a refused resume fails at once.
     """
+    import os
+
     from attncli import distributed
+    from attncli.errors import report
 
     world, device = distributed.start(device_name)
     try:
         with distributed.peer_failures_as_errors(world):
             exit_code = _train(config, resumed, config_path, name, runs_dir, world, device)
             world.wait_for_primary()  # nobody leaves while rank 0 still saves
+    except Exception as err:
+        if not world.distributed or os.environ.get("ATTNCLI_DEBUG"):
+            raise
+        # Said before leaving the group: the others stop as soon as this process leaves it.
+        raise SystemExit(report(err)) from None
     finally:
         distributed.stop(world)
     if exit_code:

@@ -143,3 +143,14 @@ def test_accum_steps_must_split_between_the_processes(data_dir, tmp_path):
     result = train(data_dir, tmp_path, SMALL, "--nproc", "2", sets=["train.accum_steps=3"])
     assert_one_line_error(result, "accum_steps must be a multiple of 2")
     assert not any(tmp_path.iterdir())  # no run folder
+
+
+def test_bad_data_under_two_processes_is_one_line(tmp_path):
+    """Rank 0 meets the missing data set, says it once, and the other process stops with it."""
+    args = train_args(SMALL, "--nproc", "2", runs=tmp_path / "runs",
+                      sets=["train.accum_steps=2", "data.dataset=nowhere"])
+    result = subprocess.run([sys.executable, "-m", "attncli", *args], env=_env(tmp_path),
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nowhere" in lines[0] and "Traceback" not in result.stderr
