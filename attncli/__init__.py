@@ -1,3 +1,3 @@
 """attncli: encoder-decoder Transformer translation from the command line."""
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
