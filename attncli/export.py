@@ -169,9 +169,9 @@ class CTranslate2Engine:
     limits as attncli's own search (`search.translate_ids`), hypotheses in its `Hypothesis`."""
 
     def __init__(self, folder: Path, tokenizer, decode_cfg, threads: int = 0):
-        if not (folder / "model.bin").is_file():
-            raise AttncliError(f"{folder}: no CTranslate2 model here; make one with `attncli "
-                               f"export {folder.parent} --to ctranslate2`")
+        if not (folder / "model.bin").is_file() or not (folder / METADATA).is_file():
+            raise AttncliError(f"{folder}: no CTranslate2 model exported by attncli here; make "
+                               f"one with `attncli export RUN --to ctranslate2`")
         self.metadata: dict[str, Any] = json.loads((folder / METADATA).read_text())
         self.translator = open_translator(folder, threads)
         self.tokenizer, self.cfg = tokenizer, decode_cfg

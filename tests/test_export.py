@@ -76,6 +76,7 @@ def test_int8_export_translates(run, data_dir, tmp_path):
     (["export", "{run}", "--to", "onnx"], "--to onnx"),
     (["export", "{run}"], "exists; give --force"),
     (["eval", "{run}", "--engine", "ctranslate2", "--exported", "{tmp}/none"], "never exported"),
+    (["eval", "{run}", "--engine", "ctranslate2", "--exported", "{tmp}"], "no CTranslate2 model"),
     (["translate", "hi", "--run", "{run}", "--engine", "ctranslate2", "--show-attention"],
      "need --engine torch"),
 ])
