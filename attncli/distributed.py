@@ -47,7 +47,6 @@ class World:
 
     rank: int = 0
     size: int = 1
-    local_rank: int = 0
     host_group: Any = None  # gloo group for CPU-side agreement, even when training on NCCL
 
     @property
@@ -134,7 +133,7 @@ def start(device_name: str) -> tuple[World, torch.device]:
     dist.init_process_group("nccl" if on_cuda else "gloo", timeout=WAIT,
                             device_id=device if on_cuda else None)
     host = dist.new_group(backend="gloo", timeout=WAIT) if on_cuda else dist.group.WORLD
-    return World(rank, size, local_rank, host), device
+    return World(rank, size, host), device
 
 
 def stop(world: World) -> None:
