@@ -9,7 +9,7 @@ example lands in exactly one batch per epoch.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -186,27 +186,30 @@ def resolve_workers(setting: int | str, device: torch.device) -> int:
     return 0
 
 
-class _EpochBatches(torch.utils.data.Dataset):
-    """Batch i of an epoch's batch order, collated where it is asked for (a worker)."""
+class _Collated(torch.utils.data.Dataset):
+    """The batch of these pair positions, collated where it is asked for (a worker).
 
-    def __init__(self, corpus: Collates, batches: Sequence[np.ndarray], multiple: int):
-        self.corpus, self.batches, self.multiple = corpus, batches, multiple
+    Indexed by the positions themselves (the loader's sampler yields them), so one loader can
+    serve a whole run, epoch after epoch, with the worker processes it started once.
+    """
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    def __init__(self, corpus: Collates, multiple: int):
+        self.corpus, self.multiple = corpus, multiple
 
-    def __getitem__(self, index: int) -> Batch:
-        return self.corpus.collate(self.batches[index], self.multiple)
+    def __getitem__(self, pairs: np.ndarray) -> Batch:
+        return self.corpus.collate(pairs, self.multiple)
 
 
-def batch_loader(corpus: Collates, batches: Sequence[np.ndarray], multiple: int, workers: int,
+def batch_loader(corpus: Collates, batches: Iterable[np.ndarray], multiple: int, workers: int,
                  pin_memory: bool) -> torch.utils.data.DataLoader:
     """The batches in exactly this order, collated by `workers` processes a few batches ahead.
 
-    A generator of its own keeps the DataLoader from drawing on torch's global random state,
-    which holds the dropout masks: a resume, which starts a loader mid-epoch, would shift them.
+    `batches` may be endless (a run's batches over every epoch to come): it is read lazily,
+    only as far ahead as the workers' prefetch. A generator of its own keeps the DataLoader
+    from drawing on torch's global random state, which holds the dropout masks: a resume, which
+    starts a loader mid-epoch, would shift them.
     """
     return torch.utils.data.DataLoader(
-        _EpochBatches(corpus, batches, multiple), batch_size=None, shuffle=False,
+        _Collated(corpus, multiple), batch_size=None, sampler=batches,
         num_workers=workers, pin_memory=pin_memory, prefetch_factor=4 if workers else None,
         generator=torch.Generator())

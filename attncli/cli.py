@@ -106,7 +106,7 @@ def train(
 
         launch(nproc, sys.argv[1:], device)  # each process comes back here, with LOCAL_RANK set
         return
-    from attncli.train import train_command
+    from attncli.training.command import train_command
 
     train_command(checked, resumed, config, name, runs_dir, device)
 

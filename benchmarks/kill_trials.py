@@ -79,7 +79,7 @@ def _check_checkpoints(run: Path) -> list[str]:
     from attncli.errors import AttncliError
     from attncli.runs import RunPaths
     from attncli.tokenizer import load_tokenizer
-    from attncli.train import make_optimizer
+    from attncli.training.optim import make_optimizer
 
     paths = RunPaths(run)
     config = load_config(paths.config)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import SMALL, assert_one_line_error, losses, run_cli, train
+from helpers import SMALL, assert_one_line_error, losses, metrics, run_cli, train
 
 from attncli.device import resolve_pad_multiple, resolve_precision
 
@@ -65,6 +65,24 @@ def test_same_seed_same_config_gives_identical_loss_curve(runs):
 def test_batches_from_worker_processes_give_the_same_loss_curve(runs):
     assert "2 batch worker(s)" in (runs / "workers" / "train.log").read_text()
     assert losses(runs / "workers") == losses(runs / "straight")
+
+
+def test_worker_processes_are_started_once_for_every_epoch(data_dir, tmp_path, monkeypatch):
+    """Starting a pool of batch workers costs seconds on CUDA machines: once per run."""
+    from torch.utils.data import dataloader
+
+    pools, real_init = [], dataloader._MultiProcessingDataLoaderIter.__init__
+
+    def counted_init(self, loader):
+        pools.append(loader)
+        real_init(self, loader)
+
+    monkeypatch.setattr(dataloader._MultiProcessingDataLoaderIter, "__init__", counted_init)
+    result = train(data_dir, tmp_path, SMALL, "--name", "epochs",
+                   sets=["data.train_limit=60", "train.max_epochs=3", "train.workers=1"])
+    assert result.returncode == 0, result.stderr
+    epochs = {r["epoch"] for r in metrics(tmp_path / "epochs") if r["event"] == "train"}
+    assert {0, 1, 2} <= epochs and len(pools) == 1  # three epochs, one pool of workers
 
 
 def test_resumed_run_matches_uninterrupted_run(runs):
@@ -135,7 +153,7 @@ def test_an_update_with_a_non_finite_gradient_changes_nothing(fused):
     """The fused optimizer (what CUDA uses) skips on the device through `found_inf`; the
     foreach one is told on the host. Either way weights and optimizer state stay put, and a
     finite update after it is what it would have been without the skipped one."""
-    from attncli.train import step_unless_not_finite
+    from attncli.training.step import step_unless_not_finite
 
     def model_and_optimizer():
         torch.manual_seed(0)
@@ -174,7 +192,7 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
 
     from attncli.batching import collate, token_batches
     from attncli.model.transformer import Seq2SeqTransformer
-    from attncli.train import compile_loss
+    from attncli.training.step import compile_loss
 
     torch._dynamo.reset()
     counters.clear()

@@ -31,7 +31,7 @@ from attncli.config import (
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
 from attncli.runs import RunPaths
 from attncli.tokenizer import EOS_ID, train_tokenizer
-from attncli.train import make_optimizer
+from attncli.training.optim import make_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_POSITIONS = 64

@@ -18,7 +18,8 @@ from attncli.distributed import SummedLoss
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.timing import MEMORY_METHOD, Timing, measure
 from attncli.tokenizer import EOS_ID, PAD_ID
-from attncli.train import make_optimizer, train_step
+from attncli.training.optim import make_optimizer
+from attncli.training.step import train_step
 
 SENTENCE_LENGTHS = (20, 30)  # synthetic sentences: subwords, like a typical Multi30k pair
 
@@ -105,7 +106,7 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
                     for b in batches],
         "precision": precision,
         "warmup_steps": warmup_steps,
-        "optimizer": "AdamW (attncli.train.make_optimizer)",
+        "optimizer": "AdamW (attncli.training.optim.make_optimizer)",
         "compile": False,
         "peak_tflops": peak_flops / 1e12,
         "peak_source": peak_source,

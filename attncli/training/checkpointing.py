@@ -1,0 +1,111 @@
+"""A run's position and history, and saving or resuming them with weights, optimizer and RNG.
+
+What state.json holds beside the checkpoint's own bookkeeping: `RunState`'s fields, how
+batches were cut, each process's RNG state, and the schedule. Weights and optimizer tensors
+go to safetensors (see `checkpoint.py`); nothing here is pickled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attncli.batching import BATCHING
+from attncli.checkpoint import (
+    checkpoint_dir,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from attncli.config import TrainConfig
+from attncli.distributed import World
+from attncli.errors import AttncliError
+from attncli.runs import RunPaths
+
+
+@dataclass
+class RunState:
+    """Where a run is (the data position counts global batches) and what it has seen."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_index: int = 0
+    best_bleu: float = -1.0
+    best_step: int | None = None
+    bad_validations: int = 0
+    last_validated: int = -1
+    pad_multiple: int = 1   # batches were cut with it; the position means nothing without it
+    elapsed: float = 0.0    # training seconds (validation and saving not counted)
+
+
+def state_record(state: RunState, cfg: TrainConfig, world: World, device: torch.device) -> dict:
+    """What state.json holds. Every process must call it (it gathers their RNG states)."""
+    states = world.gather(rng_state(device))
+    position = asdict(state)
+    elapsed = position.pop("elapsed")
+    return {**position, "batching": BATCHING, "rng": states[0],
+            **({"rng_by_rank": states} if world.distributed else {}),
+            "elapsed_s": elapsed,
+            "scheduler": {"kind": "inverse_sqrt", "peak_lr": cfg.lr,
+                          "warmup_steps": cfg.warmup_steps}}
+
+
+def weights_are_finite(model: nn.Module) -> bool:
+    """One device read for every parameter (one per parameter would wait on a GPU each time)."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
+def save_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
+             state: RunState, cfg: TrainConfig, world: World, device: torch.device,
+             fingerprint: str) -> None:
+    """Save a step folder for `state.step`; never non-finite weights.
+
+    Every process takes part (the RNG states); rank 0 writes.
+    """
+    if not weights_are_finite(model):
+        raise AttncliError(f"step {state.step}: the weights are not finite; not saved, the "
+                           "previous checkpoint is intact")
+    record = state_record(state, cfg, world, device)
+    if world.primary:
+        save_checkpoint(paths, model, optimizer, record, fingerprint, state.best_step,
+                        cfg.keep_checkpoints)
+
+
+def resume_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
+               cfg: TrainConfig, world: World, device: torch.device, fingerprint: str
+               ) -> tuple[RunState, Path]:
+    """Load the `last` checkpoint (strictly) and each process's RNG; its state and folder.
+
+    The saved pad_multiple wins over this machine's `auto`: the data position indexes batches
+    cut with it.
+    """
+    from attncli.training.optim import apply_optimizer_settings
+
+    folder = checkpoint_dir(paths, "last")
+    saved = load_checkpoint(folder, model, optimizer, fingerprint)
+    if saved.get("batching") != BATCHING:
+        raise AttncliError(
+            f"{folder}: its data position counts batches cut another way (attncli 0.2 "
+            f"budgeted target tokens only; now {BATCHING}), so it cannot resume exactly; "
+            f"finish it with attncli 0.2, or start a new run")
+    apply_optimizer_settings(optimizer, cfg)
+    fields = {name: saved[name] for name in RunState.__dataclass_fields__ if name != "elapsed"}
+    state = RunState(**fields, elapsed=saved["elapsed_s"])
+    _restore_rng(saved, state.step, cfg.seed, world, device)
+    return state, folder
+
+
+def _restore_rng(saved: dict, step: int, seed: int, world: World, device: torch.device) -> None:
+    """Each process its own saved RNG state; saved by another number of processes, rank 0
+    takes the first and the others start afresh (only their dropout masks differ)."""
+    by_rank = saved.get("rng_by_rank") or [saved["rng"]]
+    if len(by_rank) == world.size:
+        set_rng_state(by_rank[world.rank], device)
+    elif world.primary:
+        set_rng_state(by_rank[0], device)
+    else:
+        torch.manual_seed(seed + 7919 * world.rank + step)

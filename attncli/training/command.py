@@ -1,0 +1,127 @@
+"""`attncli train`: one run, in this process alone or as one of several started by torchrun.
+
+``config`` and ``resumed`` come from ``runs.training_config``, which the CLI calls before
+importing this module (and torch), so a bad config or a refused resume fails at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+
+from attncli import distributed
+from attncli.config import check_process_shares, save_config
+from attncli.device import allow_tf32, set_threads
+from attncli.distributed import World
+from attncli.errors import AttncliError, report
+from attncli.progress import Reporter, SilentReporter
+from attncli.runs import RunPaths
+from attncli.tensorboard_log import open_tensorboard
+from attncli.tokenizer import tokenizer_from_bytes
+from attncli.training.prepare import banner, never_saved, prepare_run
+from attncli.training.trainer import Trainer
+
+
+def train_command(config, resumed: RunPaths | None, config_path, name: str | None, runs_dir,
+                  device_name: str) -> None:
+    """Train a new run from ``config``, or continue the run folder ``resumed``; exits 130 or
+    143 when SIGINT or SIGTERM stopped it (after saving)."""
+    world, device = distributed.start(device_name)
+    try:
+        with distributed.peer_failures_as_errors(world):
+            exit_code = _train(config, resumed, config_path, name, runs_dir, world, device)
+            world.wait_for_primary()  # nobody leaves while rank 0 still saves
+    except Exception as err:
+        if not world.distributed or os.environ.get("ATTNCLI_DEBUG"):
+            raise
+        # Said before leaving the group: the others stop as soon as this process leaves it.
+        raise SystemExit(report(err)) from None
+    finally:
+        distributed.stop(world)
+    if exit_code:
+        raise SystemExit(exit_code)
+
+
+def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world: World,
+           device) -> int | None:
+    """The run; the exit code when a signal stopped it."""
+    set_threads(config.train.threads)
+    allow_tf32(device)
+    check_process_shares(config.train, world.size)
+    from_step_0 = resumed is None or never_saved(resumed)
+    earlier: list[str] = []
+
+    def say(line: str) -> None:
+        if world.primary:
+            print(line, flush=True)
+            earlier.append(line)
+
+    data, paths = prepare_run(config, resumed, config_path, name, runs_dir, world, say)
+    reporter = (Reporter(paths.log, config.train.max_steps, 0, earlier) if world.primary
+                else SilentReporter())
+    tensorboard = None
+    try:
+        with _disk_errors_as_user_errors(paths):
+            trainer = Trainer(config, paths, tokenizer_from_bytes(data.models), data, device,
+                              reporter, world)
+            if resumed is not None:
+                _resume(trainer, config, reporter, from_step_0)
+            if world.primary:
+                tensorboard = trainer.metrics.mirror = open_tensorboard(
+                    config.train.tensorboard, paths.tensorboard,
+                    None if from_step_0 else trainer.state.step)
+            banner(reporter, trainer, data)
+            signal_name = trainer.run()
+    finally:
+        reporter.close()
+        if tensorboard is not None:
+            tensorboard.close()
+    return _signal_exit(signal_name, trainer.state.step, paths, world)
+
+
+def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> None:
+    """Load the last checkpoint (none for a run stopped before its first one); only once it is
+    accepted, rewrite config.yaml and the metrics."""
+    paths = trainer.paths
+    if not from_step_0:
+        folder = trainer.resume()
+        reached = trainer.limit_reached()
+        if reached:
+            raise AttncliError(
+                f"{paths.root}: train.{reached} ({getattr(config.train, reached)}) is reached "
+                f"already at step {trainer.state.step}; raise it to train on "
+                f"(--set train.{reached}=...)")
+    if trainer.world.primary:
+        save_config(config, paths.config)  # --set may have extended the run
+    if from_step_0:
+        reporter.line(f"resumed {paths.root}: it stopped before its first checkpoint, so it "
+                      f"trains again from step 0 with its config")
+        return
+    dropped = trainer.metrics.drop_after(trainer.state.step)
+    reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
+                  f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
+
+
+def _signal_exit(signal_name: str | None, step: int, paths: RunPaths, world: World
+                 ) -> int | None:
+    if not signal_name:
+        return None
+    if world.primary:
+        print(f"{signal_name}: saved a checkpoint at step {step}; resume with "
+              f"`attncli train --resume {paths.root}`")
+    return 130 if signal_name == "SIGINT" else 143
+
+
+@contextlib.contextmanager
+def _disk_errors_as_user_errors(paths: RunPaths) -> Iterator[None]:
+    """A full disk or a file-size limit while training: one line, and the last checkpoint."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS):
+            raise
+        last = paths.read_pointers().get("last", "none saved yet")
+        raise AttncliError(f"{paths.root}: {err.strerror} while training; the last checkpoint "
+                           f"({last}) is intact") from None

@@ -1,0 +1,91 @@
+"""The updates' figures, read from the device in groups, and what they become: log lines,
+train and skipped events in metrics.jsonl, and the count of non-finite updates in a row."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attncli.config import TrainConfig
+from attncli.distributed import World
+from attncli.progress import Reporter
+from attncli.runs import MetricsLog
+from attncli.training.step import StepStats
+from attncli.training.stops import Stopwatch
+
+
+@dataclass
+class _Window:
+    """The updates since the last log line (the skipped ones not counted)."""
+
+    start: float          # training seconds when it opened
+    tokens: int = 0
+    loss: float = 0.0
+    steps: int = 0
+
+
+class UpdateFigures:
+    """Keeps each update's `StepStats` on the device until `read` is due (a log, validation,
+    save or stop step), so a GPU is never kept waiting for the host between updates."""
+
+    def __init__(self, cfg: TrainConfig, world: World, metrics: MetricsLog, reporter: Reporter,
+                 clock: Stopwatch):
+        self.cfg, self.world, self.metrics, self.reporter = cfg, world, metrics, reporter
+        self.clock = clock
+        self.window = _Window(clock.seconds())
+        self.pending: list[tuple[int, float, StepStats]] = []  # updates not read yet
+        self.nonfinite_in_row, self.nonfinite_stop = 0, None
+        self.shown = ""  # figures beside the progress bar
+        self.last_read: tuple[float, float, float] = (math.nan, 0.0, math.nan)  # loss, lr, norm
+
+    def add(self, step: int, lr: float, stats: StepStats) -> None:
+        self.pending.append((step, lr, stats))
+
+    def read(self, step: int, epoch: int) -> None:
+        """Read the figures of the updates since the last read (this waits for the device):
+        skipped updates are logged, the window gathers the others, a log step writes a line."""
+        if not self.pending:
+            return
+        losses = self.world.sum(torch.stack([stats.loss for _, _, stats in self.pending]))
+        norms = torch.stack([stats.grad_norm.float() for _, _, stats in self.pending])
+        for (at, lr, stats), loss, norm in zip(self.pending, losses.tolist(), norms.tolist(),
+                                               strict=True):
+            if math.isfinite(norm) and math.isfinite(loss):
+                self.nonfinite_in_row = 0
+                self.window.tokens += stats.tokens
+                self.window.loss += loss
+                self.window.steps += 1
+                self.last_read = (loss, lr, norm)
+            else:
+                self._skipped(at, epoch, loss, norm)
+        self.pending.clear()
+        if step % self.cfg.log_every == 0:
+            self._log_window(step, epoch)
+
+    def _skipped(self, step: int, epoch: int, loss: float, grad_norm: float) -> None:
+        self.nonfinite_in_row += 1
+        if self.nonfinite_in_row >= self.cfg.max_nonfinite_updates:
+            self.nonfinite_stop = self.nonfinite_stop or step
+        what = f"loss {loss}, grad norm {grad_norm}"
+        self.metrics.write({"event": "skipped", "step": step, "epoch": epoch, "reason": what})
+        self.reporter.line(f"update {step} skipped (weights unchanged): non-finite {what} "
+                           f"({self.nonfinite_in_row} in a row)")
+
+    def _log_window(self, step: int, epoch: int) -> None:
+        """A train event in metrics.jsonl and a log line over the updates since the last one."""
+        window, now = self.window, self.clock.seconds()
+        self.window = _Window(now)
+        if not window.steps:
+            return
+        loss, lr, grad_norm = self.last_read
+        record = {"event": "train", "step": step, "epoch": epoch,
+                  "loss": window.loss / window.steps, "lr": lr,
+                  "tokens_per_s": round(window.tokens / max(now - window.start, 1e-9), 1),
+                  "grad_norm": round(grad_norm, 4), "seconds": round(now, 2)}
+        self.metrics.write(record)
+        self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}"
+        self.reporter.line(
+            f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f} | lr "
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s | {now:,.0f} s")

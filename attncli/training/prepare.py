@@ -1,0 +1,97 @@
+"""Before the first update: a run's data (tokenizer, token caches) and run folder, a run
+folder restarted from step 0 when it was stopped before its first checkpoint, and the banner.
+
+Rank 0 alone makes the run folder; the other processes wait for it, take its tokenizer and
+run folder, and find the token caches it wrote (or, on another node's disk, tokenize with
+that same tokenizer).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from attncli.batching import padding_share
+from attncli.config import save_config
+from attncli.corpus import prepare_training_data
+from attncli.distributed import World
+from attncli.errors import AttncliError
+from attncli.runs import RunPaths, check_writable, create_run_dir, default_run_name
+from attncli.tokenizer import install_models, model_sides, run_models
+
+
+def never_saved(resumed: RunPaths | None) -> bool:
+    """A run folder given to --resume whose run was stopped before its first checkpoint."""
+    return resumed is not None and not resumed.read_pointers()
+
+
+def prepare_run(config, resumed: RunPaths | None, config_path, name: str | None, runs_dir,
+                world: World, say):
+    """The data (`corpus.TrainingData`) and the run folder (`RunPaths`).
+
+    Bad data leaves nothing behind: the data is prepared before a new run folder is made.
+    """
+    shared: tuple | AttncliError | None = None
+    if world.primary:
+        try:
+            data, paths = _prepare_on_primary(config, resumed, config_path, name, runs_dir, say)
+            shared = (data.models, str(paths.root))
+        except AttncliError as err:
+            shared = err
+    shared = world.from_primary(shared)  # the others stop on rank 0's error too, as it says it
+    if isinstance(shared, AttncliError):
+        raise shared
+    models, root = shared
+    if not world.primary:
+        data = prepare_training_data(config, say, models)
+        paths = RunPaths(Path(root))
+    return data, paths
+
+
+def _prepare_on_primary(config, resumed: RunPaths | None, config_path, name: str | None,
+                        runs_dir, say):
+    if resumed is None:
+        check_writable(Path(runs_dir))
+        data = prepare_training_data(config, say, None)
+        paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
+        save_config(config, paths.config)
+        install_models(data.models, paths)
+        return data, paths
+    if not never_saved(resumed):
+        return prepare_training_data(config, say, run_models(resumed, config.tokenizer.joint)), \
+            resumed
+    joint = config.tokenizer.joint
+    complete = all(resumed.spm_model(side).is_file() for side in model_sides(joint))
+    data = prepare_training_data(config, say, run_models(resumed, joint) if complete else None)
+    install_models(data.models, resumed)
+    restart_from_step_0(resumed)
+    return data, resumed
+
+
+def restart_from_step_0(paths: RunPaths) -> None:
+    """Forget what a run stopped before its first checkpoint logged: it trains again from
+    step 0 in the same folder, and its metrics, log and TensorBoard events start afresh."""
+    for path in (paths.metrics, paths.log):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(paths.tensorboard, ignore_errors=True)
+
+
+def banner(reporter, trainer, data) -> None:
+    """Two lines before the first update: the data and its batches, the model and device."""
+    if not trainer.world.primary:
+        return
+    processes = trainer.world.size
+    corpus, multiple = data.train, trainer.state.pad_multiple
+    batches = trainer.feed.epoch_batches(trainer.state.epoch)
+    share = padding_share(batches, corpus.src_lens, corpus.tgt_lens, multiple)
+    reporter.line(
+        f"data {data.name}: {len(corpus):,} training pairs ({corpus.dropped_empty} empty and "
+        f"{corpus.dropped_long} longer than {trainer.config.data.max_len} subwords dropped); "
+        f"{len(batches)} batches per epoch, {share:.1%} padding (lengths rounded up to "
+        f"multiples of {multiple}); {trainer.feed.workers} batch worker(s)")
+    reporter.line(
+        f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
+        f"({trainer.precision}, {torch.get_num_threads()} threads)"
+        + (f"; {processes} processes share each update" if processes > 1 else ""))

@@ -1,0 +1,100 @@
+"""One optimizer update: forward, loss, backward, clip, step.
+
+Nothing here reads a value back from the device: the update's loss and gradient norm are
+returned as device tensors (`StepStats`) for the loop to read in groups (see `figures.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attncli.batching import Batch
+from attncli.config import TrainConfig
+from attncli.device import autocast, compute_dtype
+from attncli.distributed import without_gradient_sync
+
+
+@dataclass
+class StepStats:
+    """One update's figures, left on the training device: reading one waits for the device to
+    finish, so the loop reads them together at log steps."""
+
+    loss: torch.Tensor       # this process's part of the update's mean loss per target token
+    grad_norm: torch.Tensor  # of the update's whole gradient, before clipping
+    tokens: int              # target tokens in the update (every process's batches)
+
+
+def train_step(loss_fn: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[Batch],
+               cfg: TrainConfig, lr: float, device: torch.device, precision: str,
+               tokens: int | None = None, processes: int = 1, counted: bool = True
+               ) -> StepStats:
+    """One optimizer update over `batches` (gradient accumulation when there are several).
+
+    `loss_fn(src, tgt_in, tgt_out, smoothing, dtype)` is the summed loss (`SummedLoss`, wrapped
+    in DistributedDataParallel with several processes). The loss is summed over the update's
+    target tokens and divided by their count (`tokens`: all processes' batches; default: these
+    batches), so an accumulated update equals one big batch, and N processes sharing the
+    batches equal one process accumulating them (DDP averages gradients, hence the `processes`
+    factor). `counted=False` makes the batch a stand-in with zero weight, for a process whose
+    share of an update is empty: it must still join the gradient all-reduce.
+
+    An update whose gradient is not finite (a NaN or inf loss makes it so) is skipped on the
+    device: the weights and the optimizer state stay as they were.
+    """
+    loss_fn.train()
+    tokens = tokens or sum(b.num_tgt_tokens for b in batches)
+    share = processes if counted else 0  # DDP divides the summed gradient by `processes`
+    total = torch.zeros((), device=device)
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        with contextlib.nullcontext() if last else without_gradient_sync(loss_fn):
+            batch = batch.to(device)
+            with autocast(device, precision):
+                summed = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, cfg.label_smoothing,
+                                 compute_dtype(precision))
+            (summed * share / tokens).backward()
+        total += summed.detach().float() / tokens
+    grad_norm = _clipped_grad_norm(list(loss_fn.parameters()), cfg.clip_norm)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    step_unless_not_finite(optimizer, grad_norm)
+    optimizer.zero_grad(set_to_none=True)
+    return StepStats(total if counted else total.zero_(), grad_norm, tokens)
+
+
+def _clipped_grad_norm(params: list[nn.Parameter], clip_norm: float | None) -> torch.Tensor:
+    """The gradient's total norm before clipping; clipped to `clip_norm` when it is set."""
+    if clip_norm:
+        return torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def step_unless_not_finite(optimizer: torch.optim.Optimizer, grad_norm: torch.Tensor) -> None:
+    """`optimizer.step()` when `grad_norm` is finite.
+
+    A fused optimizer (CUDA) decides on the device through its `found_inf` input, so the host
+    never waits for the GPU here; the `foreach` one (CPU) is told on the host, where reading the
+    value costs nothing because nothing runs asynchronously.
+    """
+    if optimizer.defaults.get("fused"):
+        optimizer.found_inf = (~torch.isfinite(grad_norm)).float()
+        optimizer.step()
+        del optimizer.found_inf
+    elif bool(torch.isfinite(grad_norm)):
+        optimizer.step()
+
+
+def compile_loss(model: nn.Module, backend: str = "inductor") -> None:
+    """`torch.compile` what a training step calls (`summed_loss`, not `forward`).
+
+    Batch shapes vary from batch to batch: the first shape compiles a static graph, the second
+    a graph with dynamic lengths and batch size (torch's automatic dynamic shapes) that the
+    others reuse. The chunked loss stays eager (see `model/loss.py`) and so does the CPU dropout
+    mask trick (see `model/dropout.py`), since either would make a graph per shape.
+    """
+    model.summed_loss = torch.compile(model.summed_loss, backend=backend)

@@ -1,0 +1,53 @@
+"""Stopping between updates: signals turned into a flag, and the clock `max_minutes` reads."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+
+
+class StopSignal:
+    """Turns SIGINT/SIGTERM into a flag checked between updates, so a checkpoint gets saved.
+
+    A second signal stops at once (KeyboardInterrupt), for a user who will not wait.
+    """
+
+    def __init__(self):
+        self.name: str | None = None
+        self._previous = {}
+
+    def __enter__(self) -> StopSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.name is not None:  # second signal: stop now
+            signal.signal(signum, self._previous[signum])
+            raise KeyboardInterrupt
+        self.name = signal.Signals(signum).name
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Stopwatch:
+    """Training seconds: wall time less the pauses (validation, saving), which are not
+    training and must count neither in `max_minutes` nor in tokens/s."""
+
+    def __init__(self, before: float = 0.0):
+        self._origin = time.perf_counter() - before
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self._origin
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._origin += time.perf_counter() - started

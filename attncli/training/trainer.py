@@ -1,0 +1,206 @@
+"""The training loop: update after update until a limit, logging, validating and saving.
+
+Read `Trainer.run` first; each thing it calls lives in a module of its own (see
+`attncli/training/__init__.py`). With several processes (`distributed.World`) every process
+runs this same loop on its share of each update, and only rank 0 writes (metrics,
+checkpoints, what the user sees).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from attncli.batching import resolve_workers
+from attncli.checkpoint import build_model  # TEMP until model/build.py lands
+from attncli.config import model_fingerprint
+from attncli.device import resolve_pad_multiple, resolve_precision
+from attncli.distributed import World, loss_module
+from attncli.errors import AttncliError
+from attncli.plots import plot_curves
+from attncli.progress import Reporter
+from attncli.runs import MetricsLog, RunPaths
+from attncli.training.checkpointing import RunState, resume_run, save_run
+from attncli.training.feed import UpdateFeed
+from attncli.training.figures import UpdateFigures
+from attncli.training.optim import inverse_sqrt_lr, make_optimizer
+from attncli.training.step import compile_loss, train_step
+from attncli.training.stops import StopSignal, Stopwatch
+from attncli.training.validate import Validator
+
+
+class Trainer:
+    """Runs updates until a stop condition, validating and checkpointing along the way.
+
+    Made for step 0; `resume` then moves it to the run's last checkpoint. The batch feed and
+    the validator are made at first use, after a resume, since both cut batches with the
+    run's saved `pad_multiple`.
+    """
+
+    def __init__(self, config, paths: RunPaths, tokenizer, data, device: torch.device,
+                 reporter: Reporter, world: World | None = None):
+        """`data`: the `corpus.TrainingData` (token caches of train and val, val texts)."""
+        self.config, self.cfg, self.paths = config, config.train, paths
+        self.tokenizer, self.data, self.device = tokenizer, data, device
+        self.reporter, self.world = reporter, world or World()
+        self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
+        self.precision = resolve_precision(self.cfg.precision, device)
+        self.state = RunState(pad_multiple=self._device_pad_multiple())
+        self.fingerprint = model_fingerprint(config.model)
+        torch.manual_seed(self.cfg.seed)
+        self.model = build_model(config, tokenizer).to(device)
+        if self.world.rank:  # same weights everywhere, dropout masks of its own
+            torch.manual_seed(self.cfg.seed + 7919 * self.world.rank)
+        if self.cfg.compile:
+            compile_loss(self.model)
+        self.loss_fn = loss_module(self.model, self.world, device)
+        self.optimizer = make_optimizer(self.model, self.cfg)
+        self.saved_step = -1  # not saved: a resumed run starts counting afresh
+
+    def _device_pad_multiple(self) -> int:
+        return resolve_pad_multiple(self.cfg.pad_multiple, self.device, self.precision)
+
+    @cached_property
+    def feed(self) -> UpdateFeed:
+        return UpdateFeed(self.data.train, self.cfg, self.world, self.state.pad_multiple,
+                          resolve_workers(self.cfg.workers, self.device), self.device)
+
+    @cached_property
+    def validator(self) -> Validator:
+        return Validator(self.config, self.model, self.tokenizer, self.data, self.device,
+                         self.precision, self.state.pad_multiple, self.world)
+
+    def resume(self) -> Path:
+        """Continue from the `last` checkpoint (strictly loaded); returns its folder."""
+        self.state, folder = resume_run(self.paths, self.model, self.optimizer, self.cfg,
+                                        self.world, self.device, self.fingerprint)
+        self.saved_step = self.state.step
+        chosen = self._device_pad_multiple()
+        if chosen != self.state.pad_multiple:
+            self.reporter.line(
+                f"batch lengths stay rounded to multiples of {self.state.pad_multiple}, as "
+                f"this run's batches were cut (this device would choose {chosen}): its data "
+                f"position counts those batches")
+        return folder
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> str | None:
+        """Train until a limit; returns the name of a stop signal if one interrupted the run.
+
+        The updates' figures stay on the device until a log, validation, save or stop reads
+        them, so a GPU is never kept waiting for the host between updates.
+        """
+        state, cfg, reason = self.state, self.cfg, None
+        self.clock = Stopwatch(state.elapsed)
+        self.figures = UpdateFigures(cfg, self.world, self.metrics, self.reporter, self.clock)
+        with StopSignal() as stop:
+            for update in self.feed.updates(state.epoch, state.batch_index):
+                state.epoch, state.batch_index = update.epoch, update.batch_index
+                lr = inverse_sqrt_lr(state.step + 1, cfg.lr, cfg.warmup_steps)
+                stats = train_step(self.loss_fn, self.optimizer, update.batches, cfg, lr,
+                                   self.device, self.precision, update.tokens, self.world.size,
+                                   update.counted)
+                state.step += 1
+                self.figures.add(state.step, lr, stats)
+                state.elapsed = self.clock.seconds()
+                reason = self._agreed_stop(stop)
+                if self._read_due(reason):
+                    self.figures.read(state.step, state.epoch)
+                self.reporter.step(state.step, self.figures.shown)
+                with self.clock.paused():  # validation and saving are not training time
+                    reason = self._checkpoint_duties(reason)
+                if reason is not None:
+                    break
+        state.elapsed = self.clock.seconds()
+        return self._finish(reason, stop.name or "SIGTERM")  # a signal to another process
+
+    def limit_reached(self) -> str | None:
+        """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
+        cfg, state = self.cfg, self.state
+        if cfg.max_steps is not None and state.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_epochs is not None and state.epoch >= cfg.max_epochs:
+            return "max_epochs"
+        if cfg.max_minutes is not None and state.elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return None
+
+    def _agreed_stop(self, stop: StopSignal) -> str | None:
+        """A signal or a limit, the same on every process (their clocks differ a little, and a
+        signal may reach only some)."""
+        reason = self.limit_reached()
+        signal, late = self.world.any_of([stop.name is not None, reason == "max_minutes"])
+        if signal:
+            return "signal"
+        return "max_minutes" if late and reason is None else reason
+
+    def _read_due(self, reason: str | None) -> bool:
+        cfg, step = self.cfg, self.state.step
+        return (reason is not None or step % cfg.log_every == 0 or step % cfg.eval_every == 0
+                or bool(cfg.save_every and step % cfg.save_every == 0))
+
+    def _checkpoint_duties(self, reason: str | None) -> str | None:
+        """Validate and save when due; why to stop after this update (None: go on)."""
+        if self.figures.nonfinite_stop is not None:
+            return "nonfinite"
+        if reason is not None:
+            return reason
+        step = self.state.step
+        if step % self.cfg.eval_every == 0:
+            reason = "patience" if self.validate() else None
+            self.save()
+        elif self.cfg.save_every and step % self.cfg.save_every == 0:
+            self.save()
+        return reason
+
+    def _finish(self, reason: str, signal_name: str) -> str | None:
+        """Validate and save at the end; a non-finite stop saves nothing and is an error."""
+        if reason == "nonfinite":
+            last = self.paths.read_pointers().get("last", "none saved yet")
+            raise AttncliError(
+                f"update {self.figures.nonfinite_stop}: {self.cfg.max_nonfinite_updates} "
+                f"non-finite updates in a row, each skipped (train.max_nonfinite_updates); "
+                f"stopped without saving, the last checkpoint ({last}) is intact; lower "
+                f"train.lr or raise train.warmup_steps and resume with `attncli train --resume "
+                f"{self.paths.root} --set train.lr=...`")
+        if reason == "signal":
+            self.save()
+            return signal_name
+        if self.state.last_validated != self.state.step:
+            self.validate()
+        self.save()
+        self.reporter.line(f"stopped at step {self.state.step} ({reason}); best greedy val BLEU "
+                           f"{self.state.best_bleu:.2f}; run folder {self.paths.root}")
+        return None
+
+    # -- validation and saving -----------------------------------------------------------------
+
+    def validate(self) -> bool:
+        """Score val, keep the best, redraw the curves; True when patience is exhausted."""
+        state, scores = self.state, self.validator.score()
+        state.last_validated = state.step
+        improved = scores.bleu > state.best_bleu
+        if improved:
+            state.best_bleu, state.best_step, state.bad_validations = scores.bleu, state.step, 0
+        else:
+            state.bad_validations += 1
+        self.metrics.write({"event": "val", "step": state.step, "epoch": state.epoch,
+                            "val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
+                            "seconds": round(state.elapsed, 2)})
+        self.reporter.line(f"validation step {state.step}: val loss {scores.loss:.4f}, greedy "
+                           f"BLEU {scores.bleu:.2f}{' (best)' if improved else ''} "
+                           f"[{scores.seconds:.1f} s]")
+        if self.world.primary:
+            plot_curves(self.metrics.read(), self.paths.curves)
+        return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
+
+    def save(self) -> None:
+        """Save a step folder for the current step, once per step."""
+        if self.saved_step == self.state.step:
+            return
+        save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
+                 self.device, self.fingerprint)
+        self.saved_step = self.state.step

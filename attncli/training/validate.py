@@ -1,0 +1,71 @@
+"""Scoring the model on the validation split while training: loss and greedy BLEU."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attncli.batching import token_batches
+from attncli.device import autocast, compute_dtype, resolve_decode_precision
+from attncli.distributed import World
+from attncli.tokenizer import PAD_ID
+
+
+@dataclass
+class ValScores:
+    loss: float      # mean loss per target token, no label smoothing
+    bleu: float      # greedy BLEU on the first `data.valid_limit` sentences
+    seconds: float   # what scoring took
+
+
+class Validator:
+    """Scores the val split; with several processes each scores its share and they sum."""
+
+    def __init__(self, config, model: nn.Module, tokenizer, data, device: torch.device,
+                 precision: str, pad_multiple: int, world: World):
+        """`data`: the `corpus.TrainingData` (val token cache and val texts)."""
+        self.config, self.model, self.tokenizer = config, model, tokenizer
+        self.device, self.precision, self.pad_multiple = device, precision, pad_multiple
+        self.world, self.corpus = world, data.val
+        limit = config.data.valid_limit or len(data.val_text)
+        self.src, self.ref = data.val_text.src[:limit], data.val_text.tgt[:limit]
+
+    def score(self) -> ValScores:
+        started = time.perf_counter()
+        loss, bleu = self.loss(), self.bleu()
+        return ValScores(loss, bleu, time.perf_counter() - started)
+
+    @torch.inference_mode()
+    def loss(self) -> float:
+        """Mean loss per target token on the val split; each process scores its share."""
+        self.model.eval()
+        corpus, multiple = self.corpus, self.pad_multiple
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, tokens
+        batches = token_batches(corpus.src_lens, corpus.tgt_lens,
+                                self.config.train.batch_tokens, 0, 0, multiple)
+        for pairs in self.world.share(batches):
+            batch = corpus.collate(pairs, multiple).to(self.device)
+            with autocast(self.device, self.precision):
+                sums[0] += self.model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0,
+                                                  compute_dtype(self.precision)).double()
+            sums[1] += (batch.tgt_out != PAD_ID).sum()
+        loss, tokens = self.world.sum(sums).tolist()
+        return loss / max(tokens, 1)
+
+    def bleu(self) -> float:
+        """Greedy BLEU on the val sentences, decoded at eval's precision, so that `best` is
+        chosen as it is scored; each process decodes its share."""
+        from attncli.evaluate import corpus_scores, translate_texts
+
+        self.model.eval()
+        precision = resolve_decode_precision(self.config.train.precision, self.device)
+        results = translate_texts(self.model, self.tokenizer, self.world.share(self.src),
+                                  self.config.decode, 1, 1, self.device, precision=precision)
+        shares = self.world.gather([self.tokenizer.decode_tgt(r[0].tokens) for r in results])
+        hyps = [None] * len(self.src)
+        for rank, share in enumerate(shares):
+            hyps[rank :: self.world.size] = share
+        return corpus_scores(hyps, self.ref, self.config.data.tgt)["bleu"]
