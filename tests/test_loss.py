@@ -72,3 +72,25 @@ def test_model_summed_loss_equals_loss_on_its_logits():
     stock = F.cross_entropy(logits.reshape(-1, 50), tgt[:, 1:].reshape(-1), ignore_index=PAD,
                             label_smoothing=0.1, reduction="sum")
     assert summed.item() == pytest.approx(stock.item(), rel=1e-6)  # softmax runs in fp32
+
+
+def _bytes_allocated(fn) -> int:
+    """CPU bytes `fn` allocates in all (what the profiler saw, frees not subtracted)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    return sum(max(e.cpu_memory_usage, 0) for e in prof.events())
+
+
+def test_validation_loss_forms_no_gradients_and_equals_the_training_loss():
+    """Under inference mode (validation) the loss allocates nothing of the weight's size:
+    the gradients it would form are weight-, hidden- and bias-sized."""
+    hidden, weight, bias, targets = _inputs(8, dim=64, vocab=4000)
+    args = (hidden.float(), weight.float(), bias.float(), targets, PAD, 0.1)
+    training = projected_cross_entropy(*args)
+    with torch.inference_mode():
+        validation = projected_cross_entropy(*args)
+        spent = _bytes_allocated(lambda: projected_cross_entropy(*args))
+    assert validation.item() == training.item()
+    weight_bytes = weight.numel() * 4
+    assert spent < weight_bytes, f"{spent:,} bytes allocated; a weight gradient is {weight_bytes:,}"

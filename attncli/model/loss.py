@@ -46,6 +46,35 @@ def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor, sm
     return loss, grad
 
 
+def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                  ignore_index: int, smoothing: float, compute_dtype: torch.dtype,
+                  want_grad: bool) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
+    """Summed loss over row chunks and, if wanted, the gradients of hidden, weight and bias."""
+    w = weight.to(compute_dtype)
+    b = bias.to(compute_dtype)
+    fp32 = {"dtype": torch.float32, "device": hidden.device}
+    grads = None
+    if want_grad:
+        grads = (torch.empty(hidden.shape, **fp32), torch.zeros(weight.shape, **fp32),
+                 torch.zeros(bias.shape, **fp32))
+    total = torch.zeros((), **fp32)
+    step = chunk_rows(hidden.device)
+    for start in range(0, hidden.size(0), step):
+        rows = slice(start, start + step)
+        h = hidden[rows].to(compute_dtype)
+        t = targets[rows]
+        logits = torch.addmm(b, h, w.t()).float()
+        loss, grad = _chunk_loss_and_logit_grad(logits, t, t != ignore_index, smoothing,
+                                                want_grad)
+        total += loss
+        if grads is not None:
+            g = grad.to(compute_dtype)
+            grads[0][rows] = g @ w
+            grads[1].add_(g.t() @ h)
+            grads[2].add_(grad.sum(dim=0))
+    return total, grads
+
+
 class _ProjectedCrossEntropy(torch.autograd.Function):
     """Forward computes the loss and all three gradients; backward scales them."""
 
@@ -53,28 +82,10 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                 ignore_index: int, smoothing: float, compute_dtype: torch.dtype) -> Tensor:
         want_grad = any(ctx.needs_input_grad[:3])
-        w = weight.to(compute_dtype)
-        b = bias.to(compute_dtype)
-        fp32 = {"dtype": torch.float32, "device": hidden.device}
-        grad_hidden = torch.empty(hidden.shape, **fp32) if want_grad else None
-        grad_weight = torch.zeros(weight.shape, **fp32) if want_grad else None
-        grad_bias = torch.zeros(bias.shape, **fp32) if want_grad else None
-        total = torch.zeros((), **fp32)
-        step = chunk_rows(hidden.device)
-        for start in range(0, hidden.size(0), step):
-            rows = slice(start, start + step)
-            h = hidden[rows].to(compute_dtype)
-            t = targets[rows]
-            logits = torch.addmm(b, h, w.t()).float()
-            loss, grad = _chunk_loss_and_logit_grad(logits, t, t != ignore_index, smoothing,
-                                                    want_grad)
-            total += loss
-            if grad is not None:
-                g = grad.to(compute_dtype)
-                grad_hidden[rows] = g @ w
-                grad_weight += g.t() @ h
-                grad_bias += grad.sum(dim=0)
-        if want_grad:
+        total, grads = _chunked_loss(hidden, weight, bias, targets, ignore_index, smoothing,
+                                     compute_dtype, want_grad)
+        if grads is not None:
+            grad_hidden, grad_weight, grad_bias = grads
             ctx.save_for_backward(grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
                                   grad_bias.to(bias.dtype))
         return total
@@ -103,6 +114,10 @@ def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, target
 
 def _summed_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                  ignore_index: int, label_smoothing: float, compute_dtype: torch.dtype) -> Tensor:
-    return _ProjectedCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, bias,
-                                        targets.reshape(-1), ignore_index, label_smoothing,
-                                        compute_dtype)
+    """With gradients off (validation), the loss alone: `needs_input_grad` is true for
+    parameters in any grad mode, so the autograd function would still form every gradient."""
+    args = (hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
+            ignore_index, label_smoothing, compute_dtype)
+    if torch.is_grad_enabled():
+        return _ProjectedCrossEntropy.apply(*args)
+    return _chunked_loss(*args, want_grad=False)[0]
