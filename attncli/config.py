@@ -49,7 +49,8 @@ class DataConfig(_Section):
         None, ge=1, description="Use only the first N training pairs (quick experiments)."
     )
     valid_limit: int | None = Field(
-        None, ge=1, description="Use only the first N validation pairs for BLEU during training."
+        None, ge=1, description="Score only the first N validation pairs during training (loss and "
+        "greedy BLEU), so a large validation split costs seconds."
     )
     val: str | None = Field(
         None, description="Validation data (set name, folder or file); default: dataset's val."

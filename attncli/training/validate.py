@@ -16,9 +16,12 @@ from attncli.tokenizer import PAD_ID
 
 @dataclass
 class ValScores:
-    loss: float      # mean loss per target token, no label smoothing
-    bleu: float      # greedy BLEU on the first `data.valid_limit` sentences
-    seconds: float   # what scoring took
+    """Both on the first `data.valid_limit` pairs of the val split."""
+
+    loss: float           # mean loss per target token, no label smoothing
+    bleu: float           # greedy BLEU
+    loss_seconds: float   # what each took
+    bleu_seconds: float
 
 
 class Validator:
@@ -30,21 +33,24 @@ class Validator:
         self.config, self.model, self.tokenizer = config, model, tokenizer
         self.device, self.precision, self.pad_multiple = device, precision, pad_multiple
         self.world, self.corpus = world, data.val
-        limit = config.data.valid_limit or len(data.val_text)
-        self.src, self.ref = data.val_text.src[:limit], data.val_text.tgt[:limit]
+        self.limit = config.data.valid_limit or len(data.val_text)
+        self.src, self.ref = data.val_text.src[:self.limit], data.val_text.tgt[:self.limit]
 
     def score(self) -> ValScores:
         started = time.perf_counter()
-        loss, bleu = self.loss(), self.bleu()
-        return ValScores(loss, bleu, time.perf_counter() - started)
+        loss = self.loss()
+        halfway = time.perf_counter()
+        bleu = self.bleu()
+        return ValScores(loss, bleu, halfway - started, time.perf_counter() - halfway)
 
     @torch.inference_mode()
     def loss(self) -> float:
-        """Mean loss per target token on the val split; each process scores its share."""
+        """Mean loss per target token on the first `limit` val pairs; each process scores its
+        share."""
         self.model.eval()
-        corpus, multiple = self.corpus, self.pad_multiple
+        corpus, multiple, limit = self.corpus, self.pad_multiple, self.limit
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, tokens
-        batches = token_batches(corpus.src_lens, corpus.tgt_lens,
+        batches = token_batches(corpus.src_lens[:limit], corpus.tgt_lens[:limit],
                                 self.config.train.batch_tokens, 0, 0, multiple)
         for pairs in self.world.share(batches):
             batch = corpus.collate(pairs, multiple).to(self.device)
