@@ -18,7 +18,7 @@ Conventions shared by both searches:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -133,6 +133,20 @@ class _DecodingState:
             now = torch.cat([self.attention.index_select(0, rows), now], dim=3)
         return list(now.float().cpu().unbind(0))
 
+    def ended(self, rows: Tensor, sentences: Tensor, log_probs: Tensor,
+              step_attention: Tensor | None, length_penalty: float
+              ) -> Iterator[tuple[int, Hypothesis]]:
+        """(input sentence, hypothesis) for the prefixes ``rows`` (k,) that this step's EOS ends.
+
+        ``sentences`` (k,) names each row's input sentence, ``log_probs`` (k,) its log-probability
+        with the EOS; one host transfer per tensor, not one per hypothesis.
+        """
+        for i, tokens, log_prob, attention in zip(
+            sentences.tolist(), self.tokens[rows, 1:].tolist(), log_probs.tolist(),
+            self.attention_of(rows, step_attention), strict=True,
+        ):
+            yield i, _hypothesis(tokens, log_prob, length_penalty, attention)
+
     def advance(self, rows: Tensor | None, next_tokens: Tensor, step_attention: Tensor | None,
                 same_sentences: bool = False) -> None:
         """Continue the prefixes ``rows`` (None: all, in order) with ``next_tokens`` (new_rows,).
@@ -190,16 +204,61 @@ def greedy_search(
             state.advance(None, best, step_attention)
             continue
         rows = ended.nonzero().squeeze(1)
-        for i, tokens, lp, attention in zip(
-            sentence[rows].tolist(), state.tokens[rows, 1:].tolist(), log_prob[rows].tolist(),
-            state.attention_of(rows, step_attention), strict=True,
-        ):
-            results[i] = _hypothesis(tokens, lp, length_penalty, attention)
+        for i, hypothesis in state.ended(rows, sentence[rows], log_prob[rows], step_attention,
+                                         length_penalty):
+            results[i] = hypothesis
         going = (~ended).nonzero().squeeze(1)
         if going.numel() == 0:
             return results  # type: ignore[return-value]
         sentence, max_len, log_prob = sentence[going], max_len[going], log_prob[going]
         state.advance(going, best[going], step_attention)
+
+
+@dataclass
+class _Extensions:
+    """A step's best ``2 * beam`` extensions of each active sentence's beams, best first.
+
+    All (sentences, 2 * beam): ``log_prob`` of the extended hypothesis, the decoder ``row``
+    (prefix) it extends, and the ``token`` it appends.
+    """
+
+    log_prob: Tensor
+    row: Tensor
+    token: Tensor
+
+
+def _best_extensions(logits: Tensor, log_norm: Tensor, scores: Tensor, beam: int) -> _Extensions:
+    """The best ``2 * beam`` extensions of each sentence's beams, from the step's (restricted)
+    logits (n * width, vocab), their log-normaliser (n * width, 1) and the beams' log-probs
+    (n, width).
+
+    Why two top-k's: a sentence's best 2 * beam extensions are among each row's best 2 * beam
+    tokens, so only (n, width * 2 * beam) candidates are ever summed, never the whole vocabulary.
+    """
+    n, width = scores.shape
+    row_logits, row_token = logits.topk(min(2 * beam, logits.size(-1)), dim=-1)  # (n * width, c)
+    per_row = row_logits.size(1)
+    candidates = scores[:, :, None] + (row_logits - log_norm).view(n, width, per_row)
+    top_scores, top = candidates.view(n, -1).topk(min(2 * beam, width * per_row), dim=1)
+    top_row = torch.arange(n, device=scores.device)[:, None] * width + top // per_row
+    return _Extensions(top_scores, top_row, row_token.view(n, -1).gather(1, top))
+
+
+def _ending(best: _Extensions, is_eos: Tensor, ended_count: Tensor, beam: int) -> Tensor:
+    """(n, beam) bool: the EOS extensions among the best ``beam`` that end a hypothesis.
+
+    A sentence ends at most ``beam - ended_count`` more (the best first), and an extension whose
+    log-probability is -inf (a forbidden token forced into the top k) never ends one.
+    """
+    ending = is_eos[:, :beam] & best.log_prob[:, :beam].isfinite()
+    return ending & (ending.cumsum(dim=1) <= (beam - ended_count)[:, None])
+
+
+def _survivors(best: _Extensions, is_eos: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Log-prob, row and token (n, beam each) of the best ``beam`` extensions that are not EOS,
+    best first (a stable sort of the EOS flags keeps the candidates' order)."""
+    keep = torch.sort(is_eos.byte(), dim=1, stable=True).indices[:, :beam]  # (n, beam)
+    return best.log_prob.gather(1, keep), best.row.gather(1, keep), best.token.gather(1, keep)
 
 
 @torch.inference_mode()
@@ -233,45 +292,27 @@ def beam_search(
     while True:
         n, width = scores.shape
         logits, log_norm, step_attention = state.step()  # (n * width, vocab), (n * width, 1)
-        vocab = logits.size(-1)
-        _restrict(logits.view(n, width, vocab), max_len <= state.steps)
-        # A sentence's best 2 * beam extensions are among each row's best 2 * beam tokens.
-        row_logits, row_token = logits.topk(min(2 * beam, vocab), dim=-1)  # (n * width, c)
-        per_row = row_logits.size(1)
-        candidates = scores[:, :, None] + (row_logits - log_norm).view(n, width, per_row)
-        top_scores, top = candidates.view(n, -1).topk(min(2 * beam, width * per_row), dim=1)
-        top_beam = top // per_row  # (n, 2 * beam)
-        top_token = row_token.view(n, -1).gather(1, top)
-        top_row = torch.arange(n, device=device)[:, None] * width + top_beam
-        is_eos = top_token == EOS_ID
-
-        # End hypotheses: EOS among the best `beam` candidates, until a sentence has `beam`.
-        ending = is_eos[:, :beam] & top_scores[:, :beam].isfinite()
-        ending &= ending.cumsum(dim=1) <= (beam - ended_count)[:, None]
+        _restrict(logits.view(n, width, -1), max_len <= state.steps)
+        best = _best_extensions(logits, log_norm, scores, beam)
+        is_eos = best.token == EOS_ID
+        ending = _ending(best, is_eos, ended_count, beam)
         if ending.any():
-            where = ending.nonzero()  # (k, 2): active sentence, candidate
-            rows = top_row[:, :beam][ending]
-            for i, tokens, lp, attention in zip(
-                sentence[where[:, 0]].tolist(), state.tokens[rows, 1:].tolist(),
-                top_scores[:, :beam][ending].tolist(), state.attention_of(rows, step_attention),
-                strict=True,
-            ):
-                finished[i].append(_hypothesis(tokens, lp, length_penalty, attention))
+            rows = best.row[:, :beam][ending]
+            for i, hypothesis in state.ended(rows, sentence[ending.nonzero()[:, 0]],
+                                             best.log_prob[:, :beam][ending], step_attention,
+                                             length_penalty):
+                finished[i].append(hypothesis)
             ended_count += ending.sum(dim=1)
-
-        # Continue with the best `beam` candidates that are not EOS (stable sort keeps order).
-        keep = torch.sort(is_eos.byte(), dim=1, stable=True).indices[:, :beam]  # (n, beam)
         going = ~((ended_count >= beam) | (max_len <= state.steps))  # (n,)
         if not going.any():
             break
-        same_sentences = bool(going.all()) and width == beam
-        if not going.all():
-            keep, sentence = keep[going], sentence[going]
-            max_len, ended_count = max_len[going], ended_count[going]
-            top_scores, top_row, top_token = top_scores[going], top_row[going], top_token[going]
-        scores = top_scores.gather(1, keep)  # (n', beam)
-        state.advance(top_row.gather(1, keep).view(-1), top_token.gather(1, keep).view(-1),
-                      step_attention, same_sentences)
+        all_going = bool(going.all())
+        scores, rows, tokens = _survivors(best, is_eos, beam)  # (n, beam) each
+        if not all_going:
+            scores, rows, tokens = scores[going], rows[going], tokens[going]
+            sentence, max_len, ended_count = sentence[going], max_len[going], ended_count[going]
+        state.advance(rows.view(-1), tokens.view(-1), step_attention,
+                      same_sentences=all_going and width == beam)
 
     for hyps in finished:
         hyps.sort(key=lambda h: h.score, reverse=True)
