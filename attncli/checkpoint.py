@@ -40,6 +40,7 @@ from attncli.atomic import (
     staged_folder,
 )
 from attncli.errors import AttncliError
+from attncli.model.build import build_model
 from attncli.runs import RunPaths
 
 FORMAT = "attncli-checkpoint-2"
@@ -392,14 +393,6 @@ class TrainedModel:
         self.paths, self.config, self.tokenizer = paths, config, tokenizer
         self.model, self.device, self.checkpoint = model, device, checkpoint
         self.engine = engine
-
-
-def build_model(config, tokenizer) -> nn.Module:
-    """The model a config describes, sized to the tokenizer's vocabularies."""
-    from attncli.model import Seq2SeqTransformer
-
-    return Seq2SeqTransformer(config.model, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size,
-                              pad_id=tokenizer.pad_id)
 
 
 def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "best",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncli.checkpoint import build_model, save_checkpoint
+from attncli.checkpoint import save_checkpoint
 from attncli.config import (
     Config,
     DataConfig,
@@ -29,6 +29,7 @@ from attncli.config import (
     save_config,
 )
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
+from attncli.model.build import build_model
 from attncli.runs import RunPaths
 from attncli.tokenizer import EOS_ID, train_tokenizer
 from attncli.training.optim import make_optimizer
