@@ -212,7 +212,7 @@ def average(
     last: int = typer.Option(..., "--last", min=2, help="How many of the newest step folders."),
 ) -> None:
     """Average the weights of the last N checkpoints into checkpoints/averaged/."""
-    from attncli.checkpoint import average_command
+    from attncli.average import average_command
 
     average_command(run_dir, last)
 

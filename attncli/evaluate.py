@@ -17,13 +17,13 @@ from typing import Any
 import torch
 
 from attncli.atomic import atomic_write_json, atomic_write_text
-from attncli.checkpoint import TrainedModel, load_trained_model
 from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.search import Hypothesis, translate_ids
 from attncli.tokenizer import EOS_ID, Tokenizer, base_language
+from attncli.trained import TrainedModel, load_trained_model
 
 # Positions kept free when a long source is cut: the model never saw sources near the limit,
 # and a few spare positions cost nothing.

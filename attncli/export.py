@@ -140,7 +140,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     if quantization not in quantizations():
         raise AttncliError(f"--quantization {quantization}: CTranslate2 stores one of "
                            f"{', '.join(quantizations())}")
-    from attncli.checkpoint import load_trained_model
+    from attncli.trained import load_trained_model
 
     trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
     _check_exportable(trained.config)

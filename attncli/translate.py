@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from attncli.checkpoint import TrainedModel
 from attncli.errors import AttncliError
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 from attncli.plots import attention_table, plot_attention
 from attncli.runs import find_latest_run
 from attncli.search import Hypothesis
+from attncli.trained import TrainedModel
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
 CHUNK_LINES = 256

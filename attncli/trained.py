@@ -1,0 +1,49 @@
+"""A trained run, ready to translate: its config, tokenizer and (loaded) model.
+
+What eval, translate, export and bench open; training itself builds its model in
+`attncli.training`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attncli.checkpoint import checkpoint_dir, load_weights
+from attncli.config import Config, load_config, model_fingerprint
+from attncli.model.build import build_model
+from attncli.runs import RunPaths, open_run
+from attncli.tokenizer import Tokenizer, load_tokenizer
+
+
+class TrainedModel:
+    """What eval, translate and bench need from a run: its config, tokenizer and model.
+
+    `engine` is another engine's exported copy of the model (`export.CTranslate2Engine`) when
+    decoding goes there instead; `model` is then None.
+    """
+
+    def __init__(self, paths: RunPaths, config: Config, tokenizer: Tokenizer,
+                 model: nn.Module | None, device: torch.device, checkpoint: Path,
+                 engine: Any = None):
+        self.paths, self.config, self.tokenizer = paths, config, tokenizer
+        self.model, self.device, self.checkpoint = model, device, checkpoint
+        self.engine = engine
+
+
+def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "best",
+                       weights: bool = True) -> TrainedModel:
+    """Open a run folder and load its tokenizer and (unless `weights` is False) the named
+    checkpoint's weights."""
+    paths = open_run(run_dir)
+    folder = checkpoint_dir(paths, checkpoint)
+    config = load_config(paths.config)
+    tokenizer = load_tokenizer(paths, config.tokenizer.joint)
+    if not weights:
+        return TrainedModel(paths, config, tokenizer, None, device, folder)
+    model = build_model(config, tokenizer)
+    load_weights(model, folder, model_fingerprint(config.model))
+    return TrainedModel(paths, config, tokenizer, model.to(device).eval(), device, folder)
