@@ -1,29 +1,17 @@
-"""Tokenized splits as memory-mapped Arrow tables, cached by fingerprint, and the cached
-tokenizers they are keyed on.
+"""What a training run reads, prepared from its config: the tokenizer and the tokenized splits,
+each taken from the data cache when an earlier run made them, else made now and cached.
 
-    <cache>/tokenizers/<key>/spm.model        a tokenizer trained on a sample of a training split
-    <cache>/corpora/<key>/manifest.json       what the table is: its key, rows, files and sizes
-    <cache>/corpora/<key>/tokens*.arrow       src_ids, tgt_ids, src_len, tgt_len, one row a pair
+    <cache>/tokenizers/<key>/spm.model    a tokenizer trained on a sample of a training split
+    <cache>/corpora/<key>/                a tokenized split (token_cache.py, token_table.py)
 
-A key is a hash of everything the contents depend on (the data files' paths, sizes and
-modification times, the split, the language pair, the tokenizer model's bytes, data.max_len and
-data.train_limit), so a second run over the same data reuses both, and a changed file or
-tokenizer gets a new entry. Entries are written into a temp folder that is renamed when
-complete, and checked against their manifest when read: a partial or corrupt entry is rebuilt,
-never trusted.
-
-Why Arrow and not Python lists: a list of ints costs about 36 bytes a token, so WMT14's 4.5
-million pairs did not fit in memory; the table holds a token in 2 bytes, on disk, paged in by
-the operating system as batches touch it.
+The tokenizer's key hashes the training data's identity, the language pair, data.train_limit
+and the tokenizer settings, so a second run over the same data reuses it, and its model's bytes
+are part of the tokenized splits' keys. Nothing is written outside the cache, so bad data
+leaves no run folder behind. Where the cache is and how an entry is written: `data_cache.py`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import json
-import mmap
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,14 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncli.atomic import (
-    atomic_write_json,
-    remove_folder,
-    remove_temp_entries,
-    staged_folder,
-)
-from attncli.batching import Batch, collate_flat
-from attncli.config import Config, DataConfig
+from attncli.config import Config
 from attncli.data import (
     ParallelText,
     SplitSource,
@@ -46,68 +27,16 @@ from attncli.data import (
     load_split,
     split_source,
 )
+from attncli.data_cache import CACHE_FORMAT, cache_key, cache_root, write_entry
 from attncli.errors import AttncliError
 from attncli.runs import RunPaths, check_writable
-from attncli.tokenizer import (
-    install_models,
-    model_file_bytes,
-    run_models,
-    tokenizer_from_bytes,
-    train_models,
-)
+from attncli.token_cache import Log, first_rows, tokenized_split
+from attncli.token_table import TokenizedSplit
+from attncli.tokenizer import install_models, model_file_bytes, run_models, train_models
 
-CACHE_FORMAT = 1
 # The tokenizer's sample does not depend on train.seed, so runs that differ only in their seed
 # share one tokenizer and one token cache.
 SAMPLE_SEED = 0
-# Below this many pairs a split is tokenized in one process: starting workers costs more.
-ROWS_PER_PROCESS = 50_000
-
-Log = Callable[[str], None]
-
-
-def cache_root(cfg: DataConfig) -> Path:
-    """data.cache_dir, else $ATTNCLI_CACHE_DIR, else $XDG_CACHE_HOME/attncli (~/.cache)."""
-    if cfg.cache_dir:
-        return Path(cfg.cache_dir).expanduser()
-    if os.environ.get("ATTNCLI_CACHE_DIR"):
-        return Path(os.environ["ATTNCLI_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg) / "attncli"
-
-
-def _key(parts: dict) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def _digest(models: dict[str | None, bytes]) -> dict[str, str]:
-    return {side or "joint": hashlib.sha256(data).hexdigest() for side, data in models.items()}
-
-
-def _limited(ds, limit: int | None):
-    return ds.select(range(limit)) if limit is not None and limit < len(ds) else ds
-
-
-def _write_entry(folder: Path, fill: Callable[[Path], None]) -> None:
-    """`fill` a temp folder that becomes the cache entry `folder` in one rename.
-
-    A damaged entry is removed first, and so are the temp folders a killed build of it left.
-    When the rename finds the entry there, another process built it meanwhile: theirs is kept.
-    Anything else the disk refuses is one line, and nothing is kept.
-    """
-    if folder.exists():
-        remove_folder(folder)
-    remove_temp_entries(folder.parent, f"{folder.name}.*")
-    try:
-        with staged_folder(folder) as staging:
-            fill(staging)
-    except OSError as err:
-        if not folder.is_dir():
-            raise AttncliError(f"{folder.parent}: cannot write the data cache "
-                               f"({err.strerror or err}); nothing was kept") from None
-
-
-# -- the tokenizer -------------------------------------------------------------------------------
 
 
 def sampled_texts(ds, size: int, seed: int = SAMPLE_SEED) -> Callable[[str], Iterator[str]]:
@@ -129,9 +58,9 @@ def sampled_texts(ds, size: int, seed: int = SAMPLE_SEED) -> Callable[[str], Ite
 
 def _tokenizer_key(config: Config, source: SplitSource) -> str:
     tok = config.tokenizer.model_dump(mode="json", exclude={"model_file"})
-    return _key({"format": CACHE_FORMAT, "data": source.identity(),
-                 "languages": [source.src, source.tgt], "rows": config.data.train_limit,
-                 "tokenizer": tok, "sample_seed": SAMPLE_SEED})
+    return cache_key({"format": CACHE_FORMAT, "data": source.identity(),
+                      "languages": [source.src, source.tgt], "rows": config.data.train_limit,
+                      "tokenizer": tok, "sample_seed": SAMPLE_SEED})
 
 
 def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
@@ -149,239 +78,18 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     except AttncliError:
         pass  # not cached yet, or damaged: train it
     started = time.perf_counter()
-    ds = _limited(source.rows, config.data.train_limit)
+    ds = first_rows(source.rows, config.data.train_limit)
     texts = sampled_texts(ds, cfg.sample_size)
     if next(texts("src"), None) is None:
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    _write_entry(folder, lambda staging: install_models(models, RunPaths(staging)))
+    write_entry(folder, lambda staging: install_models(models, RunPaths(staging)))
     models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
         f"{min(len(ds), cfg.sample_size):,} of {len(ds):,} pairs in "
         f"{time.perf_counter() - started:.1f} s -> {folder}")
     return models
-
-
-# -- the tokenized splits ----------------------------------------------------------------------
-
-
-def _id_type(models: dict[str | None, bytes]) -> str:
-    """uint16 ids (2 bytes a token) unless a vocabulary is larger than that holds."""
-    tokenizer = tokenizer_from_bytes(models)
-    return "uint16" if max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) <= 1 << 16 \
-        else "int32"
-
-
-def _features(id_type: str):
-    import datasets
-
-    ids = datasets.Value(id_type)
-    return datasets.Features({"src_ids": datasets.Sequence(ids),
-                              "tgt_ids": datasets.Sequence(ids),
-                              "src_len": datasets.Value("int32"),
-                              "tgt_len": datasets.Value("int32")})
-
-
-def _list_array(ids: list[list[int]], lengths: np.ndarray, keep: np.ndarray, id_type: str):
-    """An Arrow list column: the kept rows' ids, an empty list for the others."""
-    import pyarrow as pa
-
-    kept_lengths = np.where(keep, lengths, 0)
-    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
-    np.cumsum(kept_lengths, out=offsets[1:])
-    values = np.fromiter(itertools.chain.from_iterable(
-        row for row, kept in zip(ids, keep.tolist(), strict=True) if kept),
-        dtype=id_type, count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-
-
-class _PairEncoder:
-    """Encodes a batch of rows for `Dataset.map`; picklable, so worker processes can run it.
-
-    Every row gets an output row: empty pairs get lengths 0, pairs longer than `max_len` keep
-    their lengths but no ids, so the counts of both stay known without a second pass. The
-    columns are returned as Arrow arrays: letting `datasets` convert lists of Python ints took
-    a third of the time.
-    """
-
-    def __init__(self, models: dict[str | None, bytes], max_len: int, id_type: str):
-        self.models, self.max_len, self.id_type = models, max_len, id_type
-        self._tokenizer = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_tokenizer": None}
-
-    def __call__(self, batch: dict):
-        """Rows with src and tgt texts -> a `pyarrow.Table` of ids and lengths."""
-        import pyarrow as pa
-
-        if self._tokenizer is None:
-            self._tokenizer = tokenizer_from_bytes(self.models)
-        src_texts = [(text or "").strip() for text in batch["src"]]
-        tgt_texts = [(text or "").strip() for text in batch["tgt"]]
-        src_ids = self._tokenizer.encode_src(src_texts)
-        tgt_ids = self._tokenizer.encode_tgt(tgt_texts)
-        empty = np.array([not (s and t) for s, t in zip(src_texts, tgt_texts, strict=True)],
-                         dtype=bool)
-        src_len = np.where(empty, 0, [len(ids) for ids in src_ids]).astype(np.int32)
-        tgt_len = np.where(empty, 0, [len(ids) for ids in tgt_ids]).astype(np.int32)
-        keep = ~empty & (src_len <= self.max_len) & (tgt_len + 1 <= self.max_len)
-        return pa.table({"src_ids": _list_array(src_ids, src_len, keep, self.id_type),
-                         "tgt_ids": _list_array(tgt_ids, tgt_len, keep, self.id_type),
-                         "src_len": pa.array(src_len), "tgt_len": pa.array(tgt_len)})
-
-
-class _MappedTable:
-    """The Arrow files of one cache entry, mapped read-only, with zero-copy numpy views of the
-    token columns (per record batch: list offsets and values)."""
-
-    def __init__(self, files: list[Path]):
-        import pyarrow as pa
-
-        self.files = files
-        self.maps = []
-        for path in files:
-            with open(path, "rb") as f:
-                self.maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
-        self.table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(m)).read_all()
-                                      for m in self.maps)
-        sizes = [len(chunk) for chunk in self.table.column("src_ids").chunks]
-        self.chunk_starts = np.cumsum([0, *sizes])
-        self.views = {name: [(chunk.offsets.to_numpy(), chunk.values.to_numpy())
-                             for chunk in self.table.column(name).chunks]
-                      for name in ("src_ids", "tgt_ids")}
-
-    def __reduce__(self):
-        """Pickled as its file names (a DataLoader worker started by spawn maps them anew)."""
-        return _MappedTable, (self.files,)
-
-    def gather(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """The ids of `rows` in column `name`, back to back."""
-        chunks = np.searchsorted(self.chunk_starts, rows, side="right") - 1
-        views = self.views[name]
-        parts = []
-        for chunk, row in zip(chunks.tolist(), (rows - self.chunk_starts[chunks]).tolist(),
-                              strict=True):
-            offsets, values = views[chunk]
-            parts.append(values[offsets[row] : offsets[row + 1]])
-        return np.concatenate(parts)
-
-    def release_pages(self) -> None:
-        """Unmap the pages read so far; the next read maps them again from the page cache.
-
-        Why: a batch's rows lie all over the file, and every read maps 64 KiB around it, so
-        within an epoch the whole file (about 1 GB for WMT14) counted as this process's resident
-        memory although it only ever needed a few pages at a time.
-        """
-        if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
-            for mapped in self.maps:
-                mapped.madvise(mmap.MADV_DONTNEED)
-
-
-class TokenizedSplit:
-    """The pairs of one split that training uses, read from a cached Arrow table.
-
-    src_lens: (pairs,) int32  source ids with EOS;  tgt_lens: (pairs,) int32  bare target ids.
-    Pair i is table row `rows[i]`; empty pairs and pairs longer than max_len are left out.
-    """
-
-    def __init__(self, mapped: _MappedTable, manifest: dict, folder: Path):
-        self.mapped, self.manifest, self.folder = mapped, manifest, folder
-        src_len = mapped.table.column("src_len").to_numpy()
-        tgt_len = mapped.table.column("tgt_len").to_numpy()
-        empty = (src_len == 0) | (tgt_len == 0)
-        too_long = (src_len > manifest["max_len"]) | (tgt_len + 1 > manifest["max_len"])
-        self.rows = np.flatnonzero(~empty & ~too_long)
-        self.src_lens, self.tgt_lens = src_len[self.rows], tgt_len[self.rows]
-        self.dropped_empty = int(empty.sum())
-        self.dropped_long = int((too_long & ~empty).sum())
-        mapped.release_pages()
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def collate(self, pairs: np.ndarray, multiple: int = 1) -> Batch:
-        """The padded batch of pairs `pairs` (positions in this split)."""
-        rows = self.rows[pairs]
-        batch = collate_flat(self.mapped.gather("src_ids", rows), self.src_lens[pairs],
-                             self.mapped.gather("tgt_ids", rows), self.tgt_lens[pairs], multiple)
-        self.mapped.release_pages()
-        return batch
-
-
-def _corpus_key(source: SplitSource, models: dict[str | None, bytes], max_len: int,
-                limit: int | None) -> str:
-    return _key({"format": CACHE_FORMAT, "data": source.identity(), "split": source.split,
-                 "languages": [source.src, source.tgt], "rows": limit, "max_len": max_len,
-                 "tokenizer": _digest(models)})
-
-
-def _open_entry(folder: Path, key: str) -> TokenizedSplit | None:
-    """The cached table in `folder`, or None when it is missing, partial or not as recorded."""
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text("utf-8"))
-        if manifest.get("key") != key:
-            return None
-        files = [folder / entry["name"] for entry in manifest["files"]]
-        if any(path.stat().st_size != entry["bytes"]
-               for path, entry in zip(files, manifest["files"], strict=True)):
-            return None
-        mapped = _MappedTable(files)
-        if mapped.table.num_rows != manifest["rows"] or mapped.table.column_names != [
-                *_COLUMNS]:
-            return None
-    except (OSError, ValueError, KeyError, TypeError):  # pyarrow's errors are ValueErrors too
-        return None
-    return TokenizedSplit(mapped, manifest, folder)
-
-
-_COLUMNS = ("src_ids", "tgt_ids", "src_len", "tgt_len")
-
-
-def _tokenize_into(folder: Path, key: str, source: SplitSource,
-                   models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None
-                   ) -> None:
-    """Tokenize the split into the (empty) folder `folder`: Arrow files and their manifest."""
-    ds = _limited(source.rows, limit)
-    procs = max(1, min(data_cfg.num_proc or os.cpu_count() or 1, len(ds) // ROWS_PER_PROCESS))
-    id_type = _id_type(models)
-    table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type), batched=True,
-                   batch_size=1000, num_proc=procs if procs > 1 else None,
-                   remove_columns=ds.column_names, features=_features(id_type),
-                   load_from_cache_file=False, cache_file_name=str(folder / "tokens.arrow"),
-                   desc=None)
-    files = [Path(entry["filename"]) for entry in table.cache_files]
-    atomic_write_json(folder / "manifest.json", {
-        "key": key, "format": CACHE_FORMAT, "rows": len(table), "max_len": data_cfg.max_len,
-        "source": source.identity(), "split": source.split, "processes": procs,
-        "files": [{"name": path.name, "bytes": path.stat().st_size} for path in files]})
-
-
-def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_cfg: DataConfig,
-                    limit: int | None, root: Path, log: Log) -> TokenizedSplit:
-    """The split tokenized with `models`: from the cache when an intact entry exists, else
-    tokenized now with `data.num_proc` processes and cached."""
-    key = _corpus_key(source, models, data_cfg.max_len, limit)
-    folder = root / "corpora" / key
-    split = _open_entry(folder, key)
-    if split is not None:
-        log(f"cache: reusing the tokenized {source.split} split ({len(split):,} pairs) from "
-            f"{folder}")
-        return split
-    if folder.exists():
-        log(f"cache: {folder} is incomplete or damaged; tokenizing again")
-    started = time.perf_counter()
-    _write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
-                                                        limit))
-    split = _open_entry(folder, key)
-    if split is None:
-        raise AttncliError(f"{folder}: the token cache just written does not read back; is "
-                           f"the disk full?")
-    log(f"cache: tokenized the {source.split} split ({split.manifest['rows']:,} pairs) in "
-        f"{time.perf_counter() - started:.1f} s with {split.manifest['processes']} process(es) "
-        f"-> {folder}")
-    return split
 
 
 # -- everything a training run reads -----------------------------------------------------------

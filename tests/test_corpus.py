@@ -11,7 +11,7 @@ import torch
 from conftest import toy_pairs, write_toy_corpus
 from helpers import SMALL, assert_one_line_error, run_cli
 
-from attncli import corpus as corpus_module
+from attncli import token_cache
 from attncli.batching import batch_loader, token_batches
 from attncli.config import Config, DataConfig, TokenizerConfig
 from attncli.corpus import prepare_training_data, sampled_texts
@@ -119,7 +119,7 @@ def test_empty_and_long_pairs_are_counted_and_left_out(tmp_path):
 
 def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkeypatch):
     one, _ = _prepare(_config(toy, tmp_path / "one"))
-    monkeypatch.setattr(corpus_module, "ROWS_PER_PROCESS", 100)
+    monkeypatch.setattr(token_cache, "ROWS_PER_PROCESS", 100)
     config = _config(toy, tmp_path / "two")
     config.data.num_proc = 2
     two, lines = _prepare(config)
@@ -161,13 +161,13 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
 def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypatch):
     import shutil
 
-    real = corpus_module._tokenize_into
+    real = token_cache._tokenize_into
 
     def racing(folder, key, *args):
         real(folder, key, *args)
         shutil.copytree(folder, folder.parent / key)  # the other process renames first
 
-    monkeypatch.setattr(corpus_module, "_tokenize_into", racing)
+    monkeypatch.setattr(token_cache, "_tokenize_into", racing)
     data, lines = _prepare(_config(toy, tmp_path / "cache"))
     assert len(data.train) == 300
     leftovers = [p.name for p in (tmp_path / "cache" / "corpora").iterdir()]
@@ -183,7 +183,7 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_pat
         (folder / "tokens.arrow").write_bytes(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(corpus_module, "_tokenize_into", full)
+    monkeypatch.setattr(token_cache, "_tokenize_into", full)
     with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
         _prepare(_config(toy, tmp_path / "cache"))
     assert list((tmp_path / "cache" / "corpora").iterdir()) == []

@@ -1,0 +1,59 @@
+"""The data cache's entries: where the cache is, what names an entry, and how one is written.
+
+    <cache>/tokenizers/<key>/   a tokenizer trained on a sample of a training split (corpus.py)
+    <cache>/corpora/<key>/      a tokenized split as Arrow files and their manifest
+                                (token_cache.py writes it, token_table.py reads it)
+
+A key is a hash of everything an entry's contents depend on, so a second run over the same data
+reuses the entry and a changed input gets a new one. An entry is written into a temp folder
+that is renamed when complete, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attncli.atomic import remove_folder, remove_temp_entries, staged_folder
+from attncli.config import DataConfig
+from attncli.errors import AttncliError
+
+CACHE_FORMAT = 1
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    """data.cache_dir, else $ATTNCLI_CACHE_DIR, else $XDG_CACHE_HOME/attncli (~/.cache)."""
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    if os.environ.get("ATTNCLI_CACHE_DIR"):
+        return Path(os.environ["ATTNCLI_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg) / "attncli"
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    """The entry name for `parts`: everything the entry's contents depend on, hashed."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def write_entry(folder: Path, fill: Callable[[Path], None]) -> None:
+    """`fill` a temp folder that becomes the cache entry `folder` in one rename.
+
+    A damaged entry is removed first, and so are the temp folders a killed build of it left.
+    When the rename finds the entry there, another process built it meanwhile: theirs is kept.
+    Anything else the disk refuses is one line, and nothing is kept.
+    """
+    if folder.exists():
+        remove_folder(folder)
+    remove_temp_entries(folder.parent, f"{folder.name}.*")
+    try:
+        with staged_folder(folder) as staging:
+            fill(staging)
+    except OSError as err:
+        if not folder.is_dir():
+            raise AttncliError(f"{folder.parent}: cannot write the data cache "
+                               f"({err.strerror or err}); nothing was kept") from None
