@@ -12,9 +12,16 @@ from attncli.config import LARGEST_AUTO_PAD_MULTIPLE
 from attncli.errors import AttncliError
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when present else cpu; 'cuda:N' picks a GPU; a device this machine does
-    not have is a user error (exit 2)."""
+def requested_device(name: str) -> torch.device:
+    """The device ``--device name`` asks for, checked against this machine without using a GPU.
+
+    'auto' -> cuda when present else cpu; a bare 'cuda' keeps no index: which GPU it means is
+    decided where the device is put to use (`use_device` in one process, LOCAL_RANK under
+    torchrun). A device this machine does not have is a user error (exit 2).
+
+    Only the driver's device count is read, and that creates no CUDA context: the ``--nproc``
+    launcher checks its ``--device`` here without holding memory on GPU 0 for the whole run.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     match = re.fullmatch(r"cpu|cuda(?::(\d+))?", name)
@@ -25,12 +32,32 @@ def resolve_device(name: str) -> torch.device:
     if not torch.cuda.is_available():
         raise AttncliError(f"--device {name}: CUDA is not available on this machine "
                            f"(torch {torch.__version__}); use --device cpu")
-    index = int(match.group(1)) if match.group(1) else torch.cuda.current_device()
-    if index >= torch.cuda.device_count():
+    if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
         raise AttncliError(f"--device {name}: this machine has {torch.cuda.device_count()} "
                            f"CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    torch.cuda.set_device(index)  # kernels and allocations without an explicit device go there
+    return torch.device(name)
+
+
+def use_device(device: torch.device) -> torch.device:
+    """Make a GPU this process's current one, so kernels and allocations without an explicit
+    device go there too; a bare 'cuda' is the current GPU (cuda:0 unless something chose
+    another). Returns the device with its index; the CPU is returned as it is.
+
+    This is where a process first touches a GPU (its CUDA context is created on the GPU made
+    current), which is why a process meant for cuda:N must come here with cuda:N, never with a
+    bare 'cuda' first.
+    """
+    if device.type != "cuda":
+        return device
+    index = torch.cuda.current_device() if device.index is None else device.index
+    torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The device ``--device name`` asks for (see `requested_device`), made current: what a
+    command running in one process trains, evaluates or benchmarks on."""
+    return use_device(requested_device(name))
 
 
 def cpu_supports_bf16() -> bool:

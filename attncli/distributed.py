@@ -103,20 +103,35 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def _training_device(device_name: str, local_rank: int) -> torch.device:
-    """One GPU per process, chosen by LOCAL_RANK (torchrun's way); the CPU otherwise."""
-    from attncli.device import resolve_device
+def _device_for_ranks(device_name: str) -> torch.device:
+    """``--device`` as every process of a torchrun job reads it: the CPU, or a bare 'cuda' that
+    each process turns into the GPU of its LOCAL_RANK (an explicit cuda:N would put every
+    process on the same GPU, so it is refused). Checked without using a GPU, so that the
+    ``--nproc`` launcher can call it too."""
+    from attncli.device import requested_device
 
     if device_name not in ("auto", "cpu", "cuda"):
         raise AttncliError(f"--device {device_name}: under torchrun each process takes the GPU "
                            f"of its LOCAL_RANK; use --device cuda (or cpu, or auto)")
-    if resolve_device(device_name).type == "cpu":
+    return requested_device(device_name)
+
+
+def _training_device(device_name: str, local_rank: int) -> torch.device:
+    """One GPU per process, cuda:LOCAL_RANK (torchrun's way); the CPU otherwise.
+
+    The GPU is named from LOCAL_RANK alone and made current before anything else runs on CUDA:
+    resolving a bare 'cuda' first (to the current device, cuda:0) would give every process a
+    CUDA context on GPU 0 as well, hundreds of MiB each, beside rank 0's work.
+    """
+    from attncli.device import use_device
+
+    if _device_for_ranks(device_name).type == "cpu":
         return torch.device("cpu")
     if local_rank >= torch.cuda.device_count():
         raise AttncliError(f"LOCAL_RANK {local_rank}: this machine has "
                            f"{torch.cuda.device_count()} CUDA device(s); start at most that many "
                            f"processes per node (--nproc_per_node)")
-    return resolve_device(f"cuda:{local_rank}")
+    return use_device(torch.device("cuda", local_rank))
 
 
 def start(device_name: str) -> tuple[World, torch.device]:
@@ -243,10 +258,13 @@ def launch(nproc: int, argv: list[str], device_name: str) -> None:
 
 
 def _check_gpus_for(nproc: int, device_name: str) -> None:
-    """On CUDA each process takes one GPU: refuse before starting any of them."""
-    if device_name == "cpu" or (device_name == "auto" and not torch.cuda.is_available()):
+    """On CUDA each process takes one GPU: refuse before starting any of them.
+
+    The launcher itself stays off the GPUs: it reads the driver's device count only and never
+    makes a GPU current, since a CUDA context here would hold memory on GPU 0 for the whole run.
+    """
+    if _device_for_ranks(device_name).type == "cpu":
         return
-    _training_device(device_name, 0)  # the --device checks, once, here
     if nproc > torch.cuda.device_count():
         raise AttncliError(f"--nproc {nproc} --device {device_name}: one GPU per process, and "
                            f"this machine has {torch.cuda.device_count()}")
