@@ -1,5 +1,5 @@
 """GPU code paths checked on a CPU, with torch.cuda mocked: which GPU each training process
-takes, and that the `--nproc` launcher never touches one.
+takes, that the `--nproc` launcher never touches one, and the MFU peak of a MIG slice.
 
 `fake_gpus` makes the machine look like it has GPUs as far as attncli can ask without using
 one (is_available, device_count), records `set_device`, and fails the test on anything that
@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -121,3 +122,43 @@ def test_the_launcher_refuses_before_starting_anything(device_name, gpus, messag
     assert result.returncode == 2 and message in result.stderr, result.stderr
     launched.assert_not_called()
     set_device.assert_not_called()
+
+
+@contextlib.contextmanager
+def gpu_named(name: str, sms: int) -> Iterator[None]:
+    """torch.cuda describing one GPU: its name and its streaming multiprocessors."""
+    properties = SimpleNamespace(name=name, multi_processor_count=sms)
+    with mock.patch.object(torch.cuda, "get_device_name", return_value=name), \
+            mock.patch.object(torch.cuda, "get_device_properties", return_value=properties):
+        yield
+
+
+@pytest.mark.parametrize(("name", "sms", "peak", "source"), [
+    ("NVIDIA H100 80GB HBM3", 132, 989e12, "data sheet, dense bf16"),
+    ("NVIDIA H100 PCIe", 114, 756e12, "data sheet, dense bf16"),
+    ("NVIDIA A100-SXM4-40GB", 108, 312e12, "data sheet, dense bf16"),
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 60, 989e12 * 60 / 132,
+     "data sheet, dense bf16, scaled to this MIG slice's 60 of the chip's 132 SMs"),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 312e12 * 14 / 108,
+     "data sheet, dense bf16, scaled to this MIG slice's 14 of the chip's 108 SMs"),
+    # a slice whose name does not say MIG: its SM count still gives it away
+    ("NVIDIA A100-SXM4-40GB", 42, 312e12 * 42 / 108,
+     "data sheet, dense bf16, scaled to this device's 42 of the chip's 108 SMs"),
+])
+def test_the_mfu_peak_of_a_gpu_is_that_of_its_sms(name, sms, peak, source):
+    from attncli.bench.peaks import device_peak
+
+    with gpu_named(name, sms), mock.patch(
+            "attncli.bench.peaks.measured_matmul_peak", side_effect=AssertionError("measured")):
+        found = device_peak(torch.device("cuda", 0), "bf16", warmup=0, repeats=1)
+    assert found == (pytest.approx(peak), source)
+
+
+def test_a_mig_slice_the_table_cannot_scale_is_measured():
+    from attncli.bench.peaks import device_peak
+
+    with gpu_named("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 108), mock.patch(
+            "attncli.bench.peaks.measured_matmul_peak", return_value=2e14) as measured:
+        assert device_peak(torch.device("cuda", 0), "bf16", 0, 1) == (
+            2e14, "measured bfloat16 matmul on this device")
+    measured.assert_called_once()
