@@ -155,6 +155,31 @@ def test_json_report_has_device_torch_dtype_and_figures(attention_report, tmp_pa
     assert row["forward"]["median_ms"] > 0 and len(row["forward"]["times_ms"]) == 1
 
 
+def test_the_fused_path_is_timed_with_the_key_mask_training_passes(tiny_model_config):
+    """The mask picks the kernel (flash takes none): the bench hands scaled_dot_product_attention
+    the same kind of mask as the model's encoder does in training, boolean (batch, 1, 1, T)."""
+    from unittest import mock
+
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+    model = Seq2SeqTransformer(tiny_model_config, 50, 50, pad_id=0).train()
+    src = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])
+    with mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy:
+        model.encode(src)
+    trained = spy.call_args.kwargs["attn_mask"]
+    sizes = AttentionSizes(batch=4, heads=2, head_dim=16, lengths=(32,), additive_cap_bytes=0)
+    with mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy:
+        suite = run_bench(CPU, ["attention"], Config(train=TrainConfig(precision="fp32")),
+                          warmup=0, repeats=1, attention_sizes=sizes)["suites"]["attention"]
+    masks = [call.kwargs["attn_mask"] for call in spy.call_args_list]
+    assert masks and all(m is not None and m.dtype == trained.dtype == torch.bool for m in masks)
+    assert {m.shape for m in masks} == {(4, 1, 1, 32)} and trained.shape == (2, 1, 1, 4)
+    lengths = masks[0].sum(-1).flatten().tolist()
+    assert lengths[0] == 32 and min(lengths) >= 24 and len(set(lengths)) > 1  # some padding
+    assert suite["mask"].startswith("key padding")
+
+
 # --- train suite ----------------------------------------------------------------------------
 
 

@@ -1,5 +1,11 @@
 """Attention suite: reference, fused and additive attention, forward and forward+backward,
-over sequence lengths, with the kernel the fused path dispatched to."""
+over sequence lengths, with the kernel the fused path dispatched to.
+
+Every path gets the key padding mask training gives the encoder's self-attention (a boolean
+``(batch, 1, 1, T)``, see ``model.attention.padding_mask``): the mask decides which kernel
+``scaled_dot_product_attention`` can use (flash takes none, memory-efficient takes one), so a
+table timed without it would show a kernel training does not run.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attncli.bench.flops import FWD_BWD_FLOP_FACTOR, attention_flops
-from attncli.model.attention import AdditiveScore, additive_attention, reference_attention
+from attncli.model.attention import (
+    AdditiveScore,
+    additive_attention,
+    padding_mask,
+    reference_attention,
+)
 from attncli.timing import MEMORY_METHOD, measure, ops_called
 
 MIB = 2**20
+MASK = "key padding, boolean (B, 1, 1, T) as in training's encoder; real keys 3/4 T to T"
 
 
 # aten operators behind scaled_dot_product_attention -> the kernel's name in the table.
@@ -53,16 +65,25 @@ class AttentionSizes:
         return cls(1, 8, 64, tuple(2**i for i in range(6, 11)), 32 * MIB)
 
 
-def sdpa_kernel_used(q: Tensor, k: Tensor, v: Tensor) -> str:
+def key_padding_mask(batch: int, length: int, device: torch.device) -> Tensor:
+    """The mask training passes for a batch of `batch` sentences padded to `length`: boolean
+    ``(batch, 1, 1, length)``, True on real keys. The sentences end between 3/4 of the length
+    and the full length (the first is unpadded), as in batches of similar lengths."""
+    lengths = torch.tensor([length - i * length // (4 * batch) for i in range(batch)],
+                           device=device)
+    return padding_mask(lengths, length)
+
+
+def sdpa_kernel_used(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> str:
     """Which kernel the default ``scaled_dot_product_attention`` dispatch picks for these
     inputs, read from the aten operator the profiler saw."""
     with torch.no_grad():
-        names = ops_called(lambda: F.scaled_dot_product_attention(q, k, v))
+        names = ops_called(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
     found = [kernel for op, kernel in SDPA_KERNELS.items() if op in names]
     return found[0] if found else "unknown"
 
 
-def sdpa_kernels_that_run(q: Tensor, k: Tensor, v: Tensor) -> list[str]:
+def sdpa_kernels_that_run(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> list[str]:
     """The backends that accept these inputs when each is the only one allowed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -74,42 +95,47 @@ def sdpa_kernels_that_run(q: Tensor, k: Tensor, v: Tensor) -> list[str]:
         try:
             with warnings.catch_warnings(), sdpa_kernel([backend]), torch.no_grad():
                 warnings.simplefilter("ignore")  # "kernel not used because ..." explanations
-                F.scaled_dot_product_attention(q, k, v)
+                F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             runs.append(name)
         except (RuntimeError, NotImplementedError):
             pass
     return runs
 
 
+# fn(q, k, v, mask) -> output
+AttentionPath = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
 def _attention_paths(head_dim: int, device: torch.device, dtype: torch.dtype
-                     ) -> dict[str, tuple[Callable[[Tensor, Tensor, Tensor], Tensor],
-                                          list[Tensor]]]:
-    """path name -> (fn(q, k, v) -> output, the parameters it also takes gradients of)."""
+                     ) -> dict[str, tuple[AttentionPath, list[Tensor]]]:
+    """path name -> (fn(q, k, v, mask) -> output, the parameters it also takes gradients of)."""
     score = AdditiveScore(head_dim).to(device=device, dtype=dtype)
     # "fused" is torch's kernel itself: the model's fused_attention writes the computation out
     # on CPU in bf16 (see there), and this table is where that choice can be checked.
     return {
-        "reference": (lambda q, k, v: reference_attention(q, k, v)[0], []),
-        "fused": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), []),
-        "additive": (lambda q, k, v: additive_attention(q, k, v, score)[0],
+        "reference": (lambda q, k, v, mask: reference_attention(q, k, v, mask)[0], []),
+        "fused": (lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                  []),
+        "additive": (lambda q, k, v, mask: additive_attention(q, k, v, score, mask)[0],
                      list(score.parameters())),
     }
 
 
-def _forward_runner(path: Callable, q: Tensor, k: Tensor, v: Tensor) -> Callable[[], object]:
+def _forward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, mask: Tensor
+                    ) -> Callable[[], object]:
     def run() -> None:
         with torch.no_grad():
-            path(q, k, v)
+            path(q, k, v, mask)
     return run
 
 
-def _forward_backward_runner(path: Callable, q: Tensor, k: Tensor, v: Tensor,
+def _forward_backward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
                              params: list[Tensor]) -> Callable[[], object]:
     inputs = [q, k, v, *params]
     grad_out = torch.randn_like(q)
 
     def run() -> None:
-        torch.autograd.grad(path(q, k, v), inputs, grad_out)  # no .grad accumulation
+        torch.autograd.grad(path(q, k, v, mask), inputs, grad_out)  # no .grad accumulation
     return run
 
 
@@ -144,20 +170,21 @@ def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: Attenti
                 continue
             q, k, v = (torch.randn(b, h, t, d, device=device, dtype=dtype, requires_grad=True)
                        for _ in range(3))
+            mask = key_padding_mask(b, t, device)
             if name == "fused":
-                row["kernel"] = sdpa_kernel_used(q, k, v)
+                row["kernel"] = sdpa_kernel_used(q, k, v, mask)
                 if not kernels_that_run:
-                    kernels_that_run = sdpa_kernels_that_run(q, k, v)
+                    kernels_that_run = sdpa_kernels_that_run(q, k, v, mask)
             flops = attention_flops(b, h, t, t, d)
-            row["forward"] = _timed_mode(_forward_runner(path, q, k, v), flops, device, warmup,
-                                         repeats)
+            row["forward"] = _timed_mode(_forward_runner(path, q, k, v, mask), flops, device,
+                                         warmup, repeats)
             row["forward_backward"] = _timed_mode(
-                _forward_backward_runner(path, q, k, v, params), FWD_BWD_FLOP_FACTOR * flops,
-                device, warmup, repeats)
+                _forward_backward_runner(path, q, k, v, mask, params),
+                FWD_BWD_FLOP_FACTOR * flops, device, warmup, repeats)
             rows.append(row)
     return {
         "batch": b, "heads": h, "head_dim": d, "lengths": list(sizes.lengths),
-        "dtype": str(dtype).removeprefix("torch."), "mask": None,
+        "dtype": str(dtype).removeprefix("torch."), "mask": MASK,
         "additive_cap_bytes": sizes.additive_cap_bytes,
         "sdpa_kernels_that_run_alone": kernels_that_run,
         "flops_convention": "forward 4·B·H·T²·D (QKᵀ and AV; additive: wᵀtanh and AV); "

@@ -42,8 +42,10 @@ def _timing_note(warmup: int, repeats: int) -> str:
 
 def render_attention(result: dict[str, Any], warmup: int, repeats: int) -> list[RenderableType]:
     cells, reasons = [], {}
+    masked = result["mask"] is not None
     for row in result["rows"]:
-        cell = [row["path"], str(row["seq_len"]), row["kernel"] or ""]
+        cell = [f"{row['path']}, masked" if masked else row["path"], str(row["seq_len"]),
+                row["kernel"] or ""]
         for mode in ("forward", "forward_backward"):
             figures = row[mode]
             if "skipped" in figures:
@@ -57,7 +59,8 @@ def render_attention(result: dict[str, Any], warmup: int, repeats: int) -> list[
         cells.append(cell)
     notes = [
         f"B={result['batch']} x H={result['heads']} x D={result['head_dim']}, "
-        f"{result['dtype']}, self-attention without mask; {_timing_note(warmup, repeats)}",
+        f"{result['dtype']}, self-attention; {_timing_note(warmup, repeats)}",
+        f"mask: {result['mask'] or 'none'}",
         f"TFLOP/s: {result['flops_convention']}",
         f"peak MiB: {result['memory_method']}",
         "fused: kernel = the scaled_dot_product_attention backend the default dispatch chose; "
