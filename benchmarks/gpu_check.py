@@ -10,13 +10,18 @@ Steps, each a process of its own; a failed step is reported and the next one sti
 3. a timed `configs/base.yaml` run on Multi30k (`train.max_minutes`, default 5) on the GPU,
    then `attncli eval` of it (beam 4, test BLEU and chrF);
 4. when two GPUs are present, 150 updates of configs/base.yaml (accum_steps 2) in one process
-   and then in two (`torchrun --nproc_per_node 2`, one GPU each), and the ratio of their
-   tokens/s: the same global batches, so the ratio is the 2-GPU scaling.
+   and then in two (`attncli train --nproc 2`: torchrun's launcher, one GPU each), and the
+   ratio of their tokens/s: the same global batches, so the ratio is the 2-GPU scaling. While
+   the two run, nvidia-smi is asked every few seconds which processes hold each GPU: each
+   should hold one (a rank that touched GPU 0 before its own, or a launcher that created a
+   CUDA context, shows as a second process there). Where nvidia-smi cannot see the processes
+   (a container's own PID namespace) this is reported as not checked.
 
 Needs Multi30k where attncli finds it (`$ATTNCLI_DATA_DIR/multi30k`) and attncli's
 dependencies importable (`python -c "import attncli.cli"` is the first check). Exit status 0
-only when every step that ran passed. Everything lands in `--out` (default /tmp/attncli-gpu):
-logs, bench.json, the run folder and summary.json.
+only when every step that ran passed; on a machine without a GPU it says so and exits 1 having
+checked nothing more. Everything lands in `--out` (default /tmp/attncli-gpu): logs,
+bench.json, the run folder and summary.json.
 """
 
 from __future__ import annotations
@@ -27,27 +32,48 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+WATCH_EVERY_S = 3
 
 
-def step(name: str, cmd: list[str], log: Path, timeout_s: int) -> dict:
-    """Run `cmd` (output to `log`); its outcome and seconds."""
+def step(name: str, cmd: list[str], log: Path, timeout_s: int,
+         watch: Callable[[], None] | None = None) -> dict:
+    """Run `cmd` (output to `log`), calling `watch` every few seconds while it runs; its outcome
+    and seconds."""
     started = time.perf_counter()
     print(f"== {name}: {' '.join(cmd)}", flush=True)
-    try:
-        with open(log, "w", encoding="utf-8") as out:
-            code = subprocess.call(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                   timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        code = "timeout"
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        code: int | str | None = None
+        while code is None:
+            try:
+                code = process.wait(timeout=WATCH_EVERY_S)
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - started > timeout_s:
+                    stop(process)
+                    code = "timeout"
+                elif watch is not None:
+                    watch()
     seconds = round(time.perf_counter() - started, 1)
     ok = code == 0
     print(f"   {'ok' if ok else f'FAILED ({code})'} in {seconds} s; log {log}", flush=True)
     if not ok:
         print("   " + "\n   ".join(log.read_text(errors="replace").splitlines()[-15:]))
     return {"ok": ok, "exit": code, "seconds": seconds, "log": str(log)}
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM first: attncli's launcher passes it on to its training processes, which a
+    SIGKILL to the launcher alone would leave running on the GPUs."""
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def attncli(*args: str) -> list[str]:
@@ -61,14 +87,17 @@ def gpu_count() -> int:
 
 
 def bench_figures(path: Path) -> dict:
-    """tokens/s, MFU and peak memory of the training step from bench.json."""
+    """tokens/s, MFU (and the peak it divides by: a MIG slice's is scaled) and peak memory of
+    the training step from bench.json."""
     try:
         report = json.loads(path.read_text())
-        row = report["suites"]["train"]["rows"][0]
+        suite = report["suites"]["train"]
+        row = suite["rows"][0]
     except (OSError, ValueError, KeyError, IndexError):
         return {}
     return {"device": report.get("device_name"), "train_tgt_tokens_per_s":
             round(row["tgt_tokens_per_s"]), "mfu": round(row["mfu"], 3),
+            "mfu_peak": f"{suite['peak_tflops']:.0f} TFLOP/s, {suite['peak_source']}",
             "train_peak_mib": round(row["step"].get("peak_mem_bytes", 0) / 2**20)}
 
 
@@ -93,26 +122,53 @@ def training_figures(run: Path) -> dict:
             "run_tgt_tokens_per_s": rates[len(rates) // 2] if rates else None}
 
 
+def processes_per_gpu() -> dict[str, int] | None:
+    """How many processes hold a CUDA context on each GPU now (by PCI bus id), from
+    nvidia-smi; None where it cannot be asked."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_bus_id,pid",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    buses = [line.split(",")[0].strip() for line in listed.stdout.splitlines() if "," in line]
+    return {bus: buses.count(bus) for bus in buses}
+
+
 def two_gpu_scaling(out: Path, results: dict) -> dict:
-    """The same 150 updates in one process and in two (torchrun, one GPU each)."""
+    """The same 150 updates in one process and in two (`--nproc 2`, one GPU each), and the
+    most processes seen on one GPU while the two ran."""
     short = ["configs/base.yaml", "--device", "cuda", "--runs-dir", str(out / "runs"), "--set",
              "train.max_steps=150", "--set", "train.accum_steps=2", "--set",
              "train.eval_every=1000000", "--set", "data.valid_limit=50", "--set",
              "train.log_every=25"]
     results["one_gpu"] = step("150 updates on one GPU", attncli(
         "train", *short, "--name", "one-gpu"), out / "one-gpu.log", 600)
-    results["two_gpus"] = step("150 updates on two GPUs (torchrun)", [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "attncli", "train", *short, "--name", "two-gpus"], out / "two-gpus.log", 600)
+    most: dict[str, int] = {}
+
+    def count_processes() -> None:
+        for bus, count in (processes_per_gpu() or {}).items():
+            most[bus] = max(most.get(bus, 0), count)
+
+    results["two_gpus"] = step("150 updates on two GPUs (--nproc 2)", attncli(
+        "train", *short, "--name", "two-gpus", "--nproc", "2"), out / "two-gpus.log", 600,
+        watch=count_processes)
+    if most:  # nvidia-smi saw the ranks: one process per GPU, none extra on GPU 0
+        results["one_process_per_gpu"] = {"ok": set(most.values()) == {1}, "seen": most}
     one = training_figures(out / "runs" / "one-gpu").get("run_tgt_tokens_per_s")
     two = training_figures(out / "runs" / "two-gpus").get("run_tgt_tokens_per_s")
     return {"one_gpu_tgt_tokens_per_s": one, "two_gpu_tgt_tokens_per_s": two,
-            "two_gpu_scaling": round(two / one, 2) if one and two else None}
+            "two_gpu_scaling": round(two / one, 2) if one and two else None,
+            "two_gpu_processes_per_gpu": most or "not visible to nvidia-smi"}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/attncli-gpu"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/attncli-gpu"),
+                        help="where the logs, bench.json, run folders and summary.json go "
+                        "(emptied first)")
     parser.add_argument("--minutes", type=float, default=5.0, help="training time of step 3")
     args = parser.parse_args()
     out = args.out
@@ -120,8 +176,11 @@ def main() -> int:
     out.mkdir(parents=True)
     results = {"imports": step("imports", [sys.executable, "-c", "import attncli.cli"],
                                out / "imports.log", 120)}
-    if not results["imports"]["ok"] or gpu_count() == 0:
-        print("no CUDA device or attncli cannot be imported: nothing more to check")
+    if not results["imports"]["ok"]:
+        print("attncli cannot be imported: nothing more to check")
+        return 1
+    if gpu_count() == 0:
+        print("no CUDA device on this machine: nothing more to check")
         return 1
     results["cuda_tests"] = step("CUDA tests", [sys.executable, "-m", "pytest", "-q", "-k",
                                                 "cuda", "tests"], out / "tests.log", 300)
