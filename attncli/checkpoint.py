@@ -41,13 +41,11 @@ from attncli.checkpoint_state import (
     join_optimizer_state,
     load_state_dict_strictly,
     read_tensors,
-    rng_state,  # noqa: F401  (re-exported: attncli.training imports it from here)
-    set_rng_state,  # noqa: F401  (re-exported: attncli.training imports it from here)
     split_optimizer_state,
     unique_state_dict,
+    with_implementation_of,
 )
 from attncli.errors import AttncliError
-from attncli.model.build import build_model  # noqa: F401  (TEMP: training/trainer.py's import)
 from attncli.runs import RunPaths
 
 FORMAT = "attncli-checkpoint-2"
@@ -209,7 +207,8 @@ def load_checkpoint(folder: Path, model: nn.Module, optimizer: torch.optim.Optim
         raise AttncliError(f"{folder}: files from different saves (steps {sorted(map(str, steps))})"
                            f"; choose another checkpoint")
     try:
-        optimizer.load_state_dict(join_optimizer_state(opt_tensors, state["optimizer"]))
+        saved = join_optimizer_state(opt_tensors, state["optimizer"])
+        optimizer.load_state_dict(with_implementation_of(saved, optimizer))
     except (KeyError, ValueError, RuntimeError) as err:
         raise AttncliError(f"{folder / OPTIMIZER_FILE}: does not match the model's parameters "
                            f"({str(err).splitlines()[0][:120]})") from None

@@ -135,6 +135,28 @@ def join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+# The flags that choose how an optimizer runs, not what it computes: they follow the device a
+# run is on now, never the one a checkpoint was saved on.
+IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")
+
+
+def with_implementation_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer
+                           ) -> dict[str, Any]:
+    """A saved optimizer state_dict whose groups take `optimizer`'s implementation flags.
+
+    `load_state_dict` replaces the groups with the saved ones, flags included: a CPU run
+    (foreach) resumed on CUDA would load `fused=None` into a fused optimizer, whose step then
+    hands `found_inf` to the foreach path, which refuses it. The flags also decide where
+    `load_state_dict` puts each `step` tensor (the fused kernel wants them on the device), so
+    they must be right before loading, not patched after.
+    """
+    groups = [{**group, **{flag: current[flag] for flag in IMPLEMENTATION_FLAGS
+                           if flag in current}}
+              for group, current in zip(saved["param_groups"], optimizer.param_groups,
+                                        strict=True)]
+    return {**saved, "param_groups": groups}
+
+
 # --------------------------------------------------------------------------------------------
 # RNG state
 # --------------------------------------------------------------------------------------------

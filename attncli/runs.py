@@ -219,10 +219,7 @@ def training_config(config_path: Path | None, overrides: list[str],
         raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
     if resume is None:
         return load_config(config_path, overrides), None
-    paths = open_run(resume)
-    if not paths.read_pointers():
-        raise AttncliError(f"{resume}: no checkpoint saved yet, so nothing to resume; start the "
-                           "run again with `attncli train CONFIG`")
+    paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0
     wanted = load_config(paths.config, overrides)
     check_resume_changes(load_config(paths.config), wanted, str(resume))
     return wanted, paths

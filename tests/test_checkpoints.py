@@ -10,8 +10,10 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,10 +86,64 @@ def test_a_kill_at_any_phase_of_a_save_resumes_exactly(runs, data_dir, tmp_path,
     assert f"resumed {run} from step-{saved}" in (run / "train.log").read_text()
 
 
-def test_a_run_killed_before_its_first_save_cannot_resume(data_dir, tmp_path):
-    (tmp_path / "fresh" / "checkpoints").mkdir(parents=True)
-    shutil.copy(REPO / "configs" / "small.yaml", tmp_path / "fresh" / "config.yaml")
-    assert_one_line_error(resume(data_dir, tmp_path / "fresh"), "no checkpoint saved yet")
+def _kill_once_it_trains(args: list[str], cwd: Path, env: dict[str, str], run: Path) -> None:
+    """Start `attncli ARGS` and SIGKILL it as soon as metrics.jsonl shows a trained update."""
+    process = subprocess.Popen([sys.executable, "-m", "attncli", *args], cwd=cwd, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run / "metrics.jsonl").is_file() or '"train"' not in (
+            run / "metrics.jsonl").read_text():
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline, "no update within 300 s"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -9
+
+
+def test_a_run_killed_before_its_first_save_trains_again_from_step_0(runs, data_dir,
+                                                                      tmp_path):
+    args = train_args(SMALL, "--name", "early", runs=tmp_path,
+                      sets=["train.max_steps=1000", "train.eval_every=1000"])
+    run = tmp_path / "early"
+    _kill_once_it_trains(args, tmp_path, _subprocess_env(data_dir), run)
+    assert "pointers.json" not in os.listdir(run / "checkpoints")
+    (run / "spm.model").unlink()  # killed before the tokenizer was installed, too
+    result = resume(data_dir, run, "train.max_steps=6", "train.eval_every=100")
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == losses(runs / "straight")  # same seed, same config: same curve
+    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]  # the killed run's events are gone
+    assert (run / "spm.model").read_bytes() == (runs / "straight" / "spm.model").read_bytes()
+    assert pointers(run)["last"] == "step-6"
+    assert os.listdir(tmp_path) == ["early"]  # the same folder, no second run beside it
+    log = (run / "train.log").read_text()
+    assert log.count("step      1 |") == 1 and "trains again from step 0" in log
+
+
+def test_a_foreach_run_resumes_into_a_fused_optimizer(runs, data_dir, monkeypatch):
+    """What a CPU run resumed on CUDA meets: the saved groups say foreach, the new optimizer
+    is fused (fused AdamW runs on CPU too, so the CPU shows it)."""
+    monkeypatch.setattr("attncli.training.optim.use_fused_adamw", lambda device: True)
+    run = _copy(runs, "fused")
+    _cut_back(run, 4)
+    result = resume(data_dir, run)
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-5)
+    state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
+    assert all(group["fused"] and not group["foreach"]
+               for group in state["optimizer"]["param_groups"])
+
+
+def test_a_resume_keeps_the_runs_pad_multiple_and_says_so(runs, data_dir, monkeypatch):
+    monkeypatch.setattr("attncli.training.trainer.resolve_pad_multiple", lambda *args: 16)
+    run = _copy(runs, "padded")
+    _cut_back(run, 4)
+    result = resume(data_dir, run)
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-6)
+    saved = json.loads((run / "checkpoints" / "step-4" / "state.json").read_text())
+    log = (run / "train.log").read_text()
+    assert f"batch lengths stay rounded to multiples of {saved['pad_multiple']}," in log
+    assert "this device would choose 16" in log
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +395,7 @@ def test_a_position_in_batches_cut_another_way_is_not_resumed(runs, data_dir):
 def test_a_cpu_run_saves_no_gpu_random_state_and_ignores_one(runs):
     """Only the training device's generator is saved; a GPU state (attncli 0.2 saved every
     visible GPU's) does not stop a resume on a machine without that GPU."""
-    from attncli.checkpoint import rng_state, set_rng_state
+    from attncli.checkpoint_state import rng_state, set_rng_state
 
     state = json.loads((runs / "straight" / "checkpoints" / "step-6" / "state.json").read_text())
     assert "cuda" not in state["rng"]

@@ -14,13 +14,8 @@ import torch
 from torch import nn
 
 from attncli.batching import BATCHING
-from attncli.checkpoint import (
-    checkpoint_dir,
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from attncli.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
+from attncli.checkpoint_state import rng_state, set_rng_state
 from attncli.config import TrainConfig
 from attncli.distributed import World
 from attncli.errors import AttncliError

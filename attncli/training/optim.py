@@ -9,10 +9,6 @@ from torch import nn
 
 from attncli.config import TrainConfig
 
-# The flags that choose how AdamW runs, not what it computes: they follow the device a run is
-# on now, never the one a checkpoint was saved on.
-IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")
-
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
     """Linear warm-up to `peak_lr` over `warmup` updates, then peak * sqrt(warmup / step)."""
@@ -52,19 +48,3 @@ def apply_optimizer_settings(optimizer: torch.optim.Optimizer, cfg: TrainConfig)
     for group in optimizer.param_groups:
         group["betas"] = tuple(cfg.betas)
     decay_group["weight_decay"], no_decay_group["weight_decay"] = cfg.weight_decay, 0.0
-
-
-def with_implementation_of(saved: dict, optimizer: torch.optim.Optimizer) -> dict:
-    """A saved optimizer state_dict whose groups take `optimizer`'s implementation flags.
-
-    `load_state_dict` replaces the groups with the saved ones, flags included: a CPU run
-    (foreach) resumed on CUDA would load `fused=None` into a fused optimizer, whose step then
-    hands `found_inf` to the foreach path, which refuses it. The flags also decide where
-    `load_state_dict` puts each `step` tensor (the fused kernel wants them on the device), so
-    they must be right before loading, not patched after.
-    """
-    groups = [{**group, **{flag: current[flag] for flag in IMPLEMENTATION_FLAGS
-                           if flag in current}}
-              for group, current in zip(saved["param_groups"], optimizer.param_groups,
-                                        strict=True)]
-    return {**saved, "param_groups": groups}

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from attncli.batching import resolve_workers
-from attncli.checkpoint import build_model  # TEMP until model/build.py lands
 from attncli.config import model_fingerprint
 from attncli.device import resolve_pad_multiple, resolve_precision
 from attncli.distributed import World, loss_module
 from attncli.errors import AttncliError
+from attncli.model.build import build_model
 from attncli.plots import plot_curves
 from attncli.progress import Reporter
 from attncli.runs import MetricsLog, RunPaths
