@@ -273,15 +273,25 @@ def _check_gpus_for(nproc: int, device_name: str) -> None:
 def _report_failure(failures: dict, nproc: int) -> int:
     """The launcher's line and exit code. A process killed by a signal could not say why, so
     the launcher says it; the others said their own errors (rank 0 for errors every process
-    meets) or stopped because a peer did (exit code 3, quiet)."""
+    meets) or stopped because a peer did (exit code 3, quiet).
+
+    Once one process has failed, torchrun's launcher stops the rest with SIGTERM, and a process
+    that meets it before its own handler is installed (still starting) or after (leaving) dies
+    of it: such a SIGTERM is the launcher's doing, not the cause, when another process exited
+    with an error it said itself (1 or 2). Among the kills, a signal other than SIGTERM (the
+    OOM killer's SIGKILL, a crash's SIGSEGV) comes from outside and is the one named.
+    """
     import signal
 
-    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
+    said_why = any(f.exitcode in (1, 2) for f in failures.values())
+    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0
+              and not (said_why and f.exitcode == -signal.SIGTERM)}
     if killed:
-        rank = min(killed, key=lambda r: killed[r].timestamp)
+        rank = min(killed, key=lambda r: (killed[r].exitcode == -signal.SIGTERM,
+                                          killed[r].timestamp))
         print(f"error: training process rank {rank} of {nproc} was killed by "
               f"{signal.Signals(-killed[rank].exitcode).name}; every process stopped, and the "
               f"run folder keeps its last checkpoint", file=sys.stderr)
         return 1
-    codes = {f.exitcode for f in failures.values()}
+    codes = {f.exitcode for f in failures.values() if f.exitcode >= 0}
     return 2 if codes <= {2, PEER_FAILED_EXIT} else 1

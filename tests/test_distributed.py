@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, SMALL, assert_one_line_error, losses, pointers, resume, train, train_args
 
+from attncli.errors import PEER_FAILED_EXIT
+
 # 400 toy pairs in 21 batches: the epoch's last update has one batch for two processes, so the
 # second trains on a zero-weight stand-in there.
 SHARED = ["train.accum_steps=2", "model.dropout=0", "train.precision=fp32",
@@ -154,3 +156,24 @@ def test_bad_data_under_two_processes_is_one_line(tmp_path):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "nowhere" in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("exits", "code", "line"), [
+    # rank 0 said its error; the launcher's SIGTERM met rank 1 before its handler was installed
+    ({0: 2, 1: -signal.SIGTERM}, 2, None),
+    ({0: -signal.SIGTERM, 1: 1}, 1, None),
+    # killed from outside: the others stopped with it, or were stopped by the launcher
+    ({0: PEER_FAILED_EXIT, 1: -signal.SIGKILL}, 1, "rank 1 of 2 was killed by SIGKILL"),
+    ({0: -signal.SIGTERM, 1: -signal.SIGKILL}, 1, "rank 1 of 2 was killed by SIGKILL"),
+    ({0: PEER_FAILED_EXIT, 1: -signal.SIGTERM}, 1, "rank 1 of 2 was killed by SIGTERM"),
+])
+def test_the_launcher_names_the_failure_that_stopped_the_job(exits, code, line, capsys):
+    from types import SimpleNamespace
+
+    from attncli.distributed import _report_failure
+
+    failures = {rank: SimpleNamespace(exitcode=exit_code, timestamp=100)
+                for rank, exit_code in exits.items()}
+    assert _report_failure(failures, 2) == code
+    err = capsys.readouterr().err
+    assert (line in err and len(err.splitlines()) == 1) if line else err == ""
