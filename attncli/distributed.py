@@ -23,6 +23,7 @@ import contextlib
 import datetime
 import gc
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -156,8 +157,14 @@ def stop(world: World) -> None:
 
     What still refers to it (DistributedDataParallel's reducer sits in reference cycles) is
     freed first: freed later, at interpreter shutdown, gloo's threads abort the process.
+
+    SIGTERM is ignored from here on: this process is leaving anyway, and once another process
+    has exited (the peers of one that failed exit as soon as it leaves the group), torchrun's
+    launcher sends SIGTERM to those still running; dying of it would replace this process's
+    exit code, the one that says what went wrong, with a death by signal.
     """
     if world.distributed and dist.is_initialized():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         gc.collect()
         dist.destroy_process_group()
 
@@ -281,8 +288,6 @@ def _report_failure(failures: dict, nproc: int) -> int:
     with an error it said itself (1 or 2). Among the kills, a signal other than SIGTERM (the
     OOM killer's SIGKILL, a crash's SIGSEGV) comes from outside and is the one named.
     """
-    import signal
-
     said_why = any(f.exitcode in (1, 2) for f in failures.values())
     killed = {rank: f for rank, f in failures.items() if f.exitcode < 0
               and not (said_why and f.exitcode == -signal.SIGTERM)}

@@ -177,3 +177,21 @@ def test_the_launcher_names_the_failure_that_stopped_the_job(exits, code, line, 
     assert _report_failure(failures, 2) == code
     err = capsys.readouterr().err
     assert (line in err and len(err.splitlines()) == 1) if line else err == ""
+
+
+def test_a_process_leaving_the_group_ignores_the_launchers_sigterm():
+    """Else a rank that said its error and is leaving could die of the SIGTERM the launcher
+    sends once a peer has exited, and be reported as killed instead."""
+    from unittest import mock
+
+    from attncli import distributed
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with mock.patch.object(distributed.dist, "is_initialized", return_value=True), \
+                mock.patch.object(distributed.dist, "destroy_process_group") as destroy:
+            distributed.stop(distributed.World(rank=0, size=2))
+        destroy.assert_called_once()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
