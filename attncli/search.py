@@ -1,10 +1,16 @@
 """Greedy and beam search over a batch of source sentences, with the decoder's key/value cache.
 
 Both searches run the encoder once per batch and then feed the decoder one new token per step
-(the cache keeps every earlier position's keys/values, so a step costs O(t), not O(t²)).
+(the cache keeps every earlier position's keys/values, so a step costs O(t), not O(t²)). The
+cache and the prefixes live in buffers allocated once per batch for its longest output, and
+each step writes its position in place: nothing earlier is copied again.
 Beam search is batched: ``sentences x beam`` rows go through the decoder together, and after
-each step the cache follows the surviving hypotheses with one ``index_select``. Sentences whose
-search is over leave the batch at once, so late steps only pay for the sentences still going.
+each step the cache follows the surviving hypotheses. Each beam's best continuation stays in
+its row, so only the rows of the other continuations are copied (``_in_place_order``).
+Sentences whose search is over leave the batch at once, so late steps only pay for the
+sentences still going; the last going sentences fill their places (``compaction``), so only
+those rows move. A step reads the device once (whether anything ended), more only on steps
+where hypotheses end.
 
 Conventions shared by both searches:
 
@@ -18,7 +24,7 @@ Conventions shared by both searches:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,24 +34,9 @@ from attncli.batching import pad
 from attncli.config import DecodeConfig
 from attncli.device import autocast
 from attncli.errors import AttncliError
-from attncli.model.transformer import DecoderCache, Seq2SeqTransformer
+from attncli.model.transformer import Seq2SeqTransformer
+from attncli.search_state import DecodingState, Hypothesis, compaction
 from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-
-@dataclass
-class Hypothesis:
-    """One translation of one sentence.
-
-    tokens:    target ids without BOS/EOS
-    score:     ``log_prob / (len(tokens) + 1) ** length_penalty`` (what n-best lists are sorted by)
-    log_prob:  sum of the token log-probabilities, EOS included
-    attention: cross-attention (layers, heads, len(tokens) + 1, src_len), only when asked
-    """
-
-    tokens: list[int]
-    score: float
-    log_prob: float
-    attention: Tensor | None = None
 
 
 def max_output_lengths(src: Tensor, model: Seq2SeqTransformer, a: float, b: float) -> Tensor:
@@ -58,121 +49,19 @@ def max_output_lengths(src: Tensor, model: Seq2SeqTransformer, a: float, b: floa
     return (a * src_lens + b).floor().long().clamp(1, limit)
 
 
-def _hypothesis(tokens: list[int], log_prob: float, length_penalty: float,
-                attention: Tensor | None) -> Hypothesis:
-    return Hypothesis(tokens, log_prob / (len(tokens) + 1) ** length_penalty, log_prob, attention)
-
-
-def _restrict(logits: Tensor, at_limit: Tensor) -> None:
+def _restrict(logits: Tensor, at_limit: Tensor, any_at_limit: bool) -> None:
     """In place: no PAD/BOS anywhere; only EOS for sentences at their maximum length.
 
-    logits (sentences, width, vocab), at_limit (sentences,) bool. Applied after the
-    log-normaliser was taken, so the log-probabilities stay the model's own.
+    logits (sentences, width, vocab), at_limit (sentences,) bool; ``any_at_limit`` says whether
+    one is (known on the host, so the step reads nothing from the device for it). Applied after
+    the log-normaliser was taken, so the log-probabilities stay the model's own.
     """
     logits[:, :, PAD_ID] = -torch.inf
     logits[:, :, BOS_ID] = -torch.inf
-    if at_limit.any():
+    if any_at_limit:
         eos = logits[at_limit, :, EOS_ID]  # (m, width)
         logits[at_limit] = -torch.inf
         logits[at_limit, :, EOS_ID] = eos
-
-
-def _reorder_self_attention(cache: DecoderCache, rows: Tensor) -> None:
-    """Follow the surviving beams in the self-attention caches only.
-
-    Cross-attention keys/values depend on the source alone, so they are equal for all beams of
-    one sentence; while the set of sentences is unchanged, copying them would be wasted work.
-    """
-    for layer in cache.layers:
-        layer.self_attn.reorder(rows)
-
-
-class _DecodingState:
-    """What a search carries from step to step: encoder output, cache, prefixes, attention.
-
-    Rows are hypotheses (a sentence's beams are adjacent rows). ``tokens`` (rows, 1 + t) holds
-    BOS plus the t tokens chosen so far; ``attention`` (rows, layers, heads, t, src_len) the
-    cross-attention of each chosen token when asked.
-    """
-
-    def __init__(self, model: Seq2SeqTransformer, src: Tensor, use_cache: bool,
-                 need_attention: bool):
-        self.model, self.need_attention = model, need_attention
-        self.memory, self.src_mask = model.encode(src)  # (batch, S, d_model), (batch, 1, 1, S)
-        self.cache = model.new_cache() if use_cache else None
-        self.tokens = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)
-        self.attention: Tensor | None = None
-
-    @property
-    def steps(self) -> int:
-        """Tokens chosen so far (BOS not counted)."""
-        return self.tokens.size(1) - 1
-
-    def step(self) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Next-token logits (rows, vocab), their log-normaliser (rows, 1), and the step's
-        cross-attention (rows, layers, heads, src_len) when asked.
-
-        log-probabilities = logits - normaliser; the searches subtract it only from the few
-        candidates they keep, instead of writing a full log-softmax every step.
-        """
-        new = self.tokens if self.cache is None else self.tokens[:, -1:]  # (rows, 1 or 1 + t)
-        out = self.model.decode(new, self.memory, self.src_mask, self.cache,
-                                need_weights=self.need_attention)
-        logits = out.logits[:, -1].float()  # (rows, vocab)
-        log_norm = logits.logsumexp(dim=-1, keepdim=True)  # (rows, 1)
-        if not self.need_attention:
-            return logits, log_norm, None
-        return logits, log_norm, torch.stack([w[:, :, -1] for w in out.cross_attention], dim=1)
-
-    def attention_of(self, rows: Tensor, step_attention: Tensor | None) -> list[Tensor | None]:
-        """Full attention (layers, heads, t + 1, src_len) of the given rows, this step included."""
-        if step_attention is None:
-            return [None] * rows.numel()
-        now = step_attention.index_select(0, rows)[:, :, :, None]  # (n, layers, heads, 1, S)
-        if self.attention is not None:
-            now = torch.cat([self.attention.index_select(0, rows), now], dim=3)
-        return list(now.float().cpu().unbind(0))
-
-    def ended(self, rows: Tensor, sentences: Tensor, log_probs: Tensor,
-              step_attention: Tensor | None, length_penalty: float
-              ) -> Iterator[tuple[int, Hypothesis]]:
-        """(input sentence, hypothesis) for the prefixes ``rows`` (k,) that this step's EOS ends.
-
-        ``sentences`` (k,) names each row's input sentence, ``log_probs`` (k,) its log-probability
-        with the EOS; one host transfer per tensor, not one per hypothesis.
-        """
-        for i, tokens, log_prob, attention in zip(
-            sentences.tolist(), self.tokens[rows, 1:].tolist(), log_probs.tolist(),
-            self.attention_of(rows, step_attention), strict=True,
-        ):
-            yield i, _hypothesis(tokens, log_prob, length_penalty, attention)
-
-    def advance(self, rows: Tensor | None, next_tokens: Tensor, step_attention: Tensor | None,
-                same_sentences: bool = False) -> None:
-        """Continue the prefixes ``rows`` (None: all, in order) with ``next_tokens`` (new_rows,).
-
-        ``same_sentences`` says that the new rows belong to the same sentences, in the same
-        places, as the old ones (a beam reordering): the source side then stays as it is.
-        """
-        if rows is not None:
-            self.tokens = self.tokens.index_select(0, rows)
-            if step_attention is not None:
-                step_attention = step_attention.index_select(0, rows)
-                if self.attention is not None:
-                    self.attention = self.attention.index_select(0, rows)
-            if self.cache is not None:
-                if same_sentences:
-                    _reorder_self_attention(self.cache, rows)
-                else:
-                    self.cache.reorder(rows)
-            if not same_sentences:
-                self.memory = self.memory.index_select(0, rows)
-                self.src_mask = self.src_mask.index_select(0, rows)
-        self.tokens = torch.cat([self.tokens, next_tokens[:, None]], dim=1)  # (rows, 2 + t)
-        if step_attention is not None:
-            step_attention = step_attention[:, :, :, None]  # (rows, layers, heads, 1, S)
-            self.attention = (step_attention if self.attention is None
-                              else torch.cat([self.attention, step_attention], dim=3))
 
 
 @torch.inference_mode()
@@ -189,29 +78,31 @@ def greedy_search(
 
     ``length_penalty`` only affects the reported ``score`` (for comparison with beam search).
     """
-    state = _DecodingState(model, src, use_cache, need_attention)
-    sentence = torch.arange(src.size(0), device=src.device)  # row -> input sentence
     max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (rows,)
+    lengths = max_len.tolist()  # the one read of the limits; min(lengths) follows departures
+    state = DecodingState(model, src, use_cache, need_attention, src.size(0), max(lengths))
+    sentence = torch.arange(src.size(0), device=src.device)  # row -> input sentence
     log_prob = torch.zeros(src.size(0), device=src.device)  # (rows,)
     results: list[Hypothesis | None] = [None] * src.size(0)
     while True:
         logits, log_norm, step_attention = state.step()  # (rows, vocab), (rows, 1)
-        _restrict(logits[:, None], max_len <= state.steps)
+        _restrict(logits[:, None], max_len <= state.steps, min(lengths) <= state.steps)
         best_logit, best = logits.max(dim=-1)  # (rows,)
         log_prob += best_logit - log_norm.squeeze(1)
         ended = best == EOS_ID
-        if not ended.any():
+        if not ended.any():  # the step's one device read
             state.advance(None, best, step_attention)
             continue
         rows = ended.nonzero().squeeze(1)
         for i, hypothesis in state.ended(rows, sentence[rows], log_prob[rows], step_attention,
                                          length_penalty):
             results[i] = hypothesis
-        going = (~ended).nonzero().squeeze(1)
-        if going.numel() == 0:
+        if rows.numel() == ended.numel():
             return results  # type: ignore[return-value]
+        going = compaction(~ended)  # (m,) the going rows, most of them staying in place
         sentence, max_len, log_prob = sentence[going], max_len[going], log_prob[going]
-        state.advance(going, best[going], step_attention)
+        lengths = max_len.tolist()
+        state.advance(going, best[going], step_attention, sources=going)
 
 
 @dataclass
@@ -261,6 +152,45 @@ def _survivors(best: _Extensions, is_eos: Tensor, beam: int) -> tuple[Tensor, Te
     return best.log_prob.gather(1, keep), best.row.gather(1, keep), best.token.gather(1, keep)
 
 
+def _in_place_order(parent: Tensor) -> Tensor:
+    """Which survivor goes to each beam slot (n, beam), ``parent`` (n, beam) being the slot
+    each survivor extends, so that as many as possible stay in their parent's slot.
+
+    The best child of each parent takes the parent's slot (its prefix and cache rows then need
+    not move); the other children take, in order, the slots whose hypotheses have no child.
+    The order of a sentence's beams changes no result: every step ranks all their extensions.
+    """
+    n, beam = parent.shape
+    same = parent[:, :, None] == parent[:, None, :]  # (n, beam, beam): j and i share a parent
+    earlier = torch.ones(beam, beam, dtype=torch.bool, device=parent.device).tril(-1)  # i < j
+    first = ~(same & earlier).any(dim=2)  # (n, beam): j is its parent's best child
+    taken = torch.zeros_like(parent).scatter_add_(1, parent, first.long()) > 0  # (n, slots)
+    free = torch.sort(taken.byte(), dim=1, stable=True).indices  # untaken slots first, in order
+    later = (~first).long().cumsum(dim=1) - 1  # among the other children: 0, 1, ...
+    slot_of = torch.where(first, parent, free.gather(1, later.clamp(min=0)))  # (n, beam)
+    survivors = torch.arange(beam, device=parent.device).expand(n, beam)
+    return torch.empty_like(slot_of).scatter_(1, slot_of, survivors)
+
+
+def _next_beams(best: _Extensions, is_eos: Tensor, going: Tensor, n_going: int, width: int,
+                beam: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Log-prob, row and token (m, beam each) of the going sentences' surviving beams, placed
+    so that few rows move, and which old sentence each of the m comes from (None: the same n).
+
+    ``going`` (n,) bool, ``n_going`` its count (already read), ``width`` the beams per sentence
+    this step had (1 at the first step).
+    """
+    scores, rows, tokens = _survivors(best, is_eos, beam)  # (n, beam) each, best first
+    n = scores.size(0)
+    if width == beam:  # each beam's best continuation stays in its row
+        slot = _in_place_order(rows - torch.arange(n, device=rows.device)[:, None] * beam)
+        scores, rows, tokens = (t.gather(1, slot) for t in (scores, rows, tokens))
+    if n_going == n and width == beam:
+        return scores, rows, tokens, None
+    kept = compaction(going) if n_going < n else torch.arange(n, device=rows.device)
+    return scores[kept], rows[kept], tokens[kept], kept
+
+
 @torch.inference_mode()
 def beam_search(
     model: Seq2SeqTransformer,
@@ -283,36 +213,40 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     device = src.device
-    state = _DecodingState(model, src, use_cache, need_attention)
-    sentence = torch.arange(src.size(0), device=device)  # active sentence -> input sentence
     max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (n,)
+    lengths = max_len.tolist()  # read once; min(lengths) follows departures
+    state = DecodingState(model, src, use_cache, need_attention, src.size(0) * beam,
+                           max(lengths))
+    sentence = torch.arange(src.size(0), device=device)  # active sentence -> input sentence
     ended_count = torch.zeros(src.size(0), dtype=torch.long, device=device)  # (n,)
     scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): 1 at first, then beam
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while True:
         n, width = scores.shape
         logits, log_norm, step_attention = state.step()  # (n * width, vocab), (n * width, 1)
-        _restrict(logits.view(n, width, -1), max_len <= state.steps)
+        _restrict(logits.view(n, width, -1), max_len <= state.steps, min(lengths) <= state.steps)
         best = _best_extensions(logits, log_norm, scores, beam)
         is_eos = best.token == EOS_ID
         ending = _ending(best, is_eos, ended_count, beam)
-        if ending.any():
+        ended_count += ending.sum(dim=1)
+        going = ~((ended_count >= beam) | (max_len <= state.steps))  # (n,)
+        n_ending, n_going = torch.stack((ending.sum(), going.sum())).tolist()  # one device read
+        if n_ending:
             rows = best.row[:, :beam][ending]
             for i, hypothesis in state.ended(rows, sentence[ending.nonzero()[:, 0]],
                                              best.log_prob[:, :beam][ending], step_attention,
                                              length_penalty):
                 finished[i].append(hypothesis)
-            ended_count += ending.sum(dim=1)
-        going = ~((ended_count >= beam) | (max_len <= state.steps))  # (n,)
-        if not going.any():
+        if not n_going:
             break
-        all_going = bool(going.all())
-        scores, rows, tokens = _survivors(best, is_eos, beam)  # (n, beam) each
-        if not all_going:
-            scores, rows, tokens = scores[going], rows[going], tokens[going]
-            sentence, max_len, ended_count = sentence[going], max_len[going], ended_count[going]
-        state.advance(rows.view(-1), tokens.view(-1), step_attention,
-                      same_sentences=all_going and width == beam)
+        scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going, width, beam)
+        sources = None  # the source side changes only when the sentences or the width do
+        if kept is not None:
+            sentence, max_len, ended_count = sentence[kept], max_len[kept], ended_count[kept]
+            lengths = max_len.tolist()
+            within = torch.arange(beam, device=device) if width == beam else 0
+            sources = (kept[:, None] * width + within).expand(-1, beam).reshape(-1)
+        state.advance(rows.view(-1), tokens.view(-1), step_attention, sources)
 
     for hyps in finished:
         hyps.sort(key=lambda h: h.score, reverse=True)

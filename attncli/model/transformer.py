@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attncli.config import ModelConfig
-from attncli.model.attention import padding_mask
+from attncli.model.attention import KVCache, changed_rows, padding_mask
 from attncli.model.dropout import Dropout
 from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
 from attncli.model.loss import projected_cross_entropy
@@ -31,14 +31,24 @@ class DecoderCache:
     length: int = 0
 
     @classmethod
-    def empty(cls, num_layers: int) -> DecoderCache:
-        return cls([LayerCache() for _ in range(num_layers)])
+    def empty(cls, num_layers: int, rows: int = 0, positions: int = 0) -> DecoderCache:
+        """Caches whose self-attention buffers are allocated (at the first step) for ``rows``
+        rows and ``positions`` target positions: enough for a whole search, never grown."""
+        return cls([LayerCache(KVCache(rows, positions), KVCache()) for _ in range(num_layers)])
+
+    def select(self, index: Tensor, sources: bool = True) -> None:
+        """Keep batch rows ``index`` (new row i = old row ``index[i]``) in every cache, moving
+        only the rows that change; ``sources=False`` leaves the cross-attention caches as they
+        are (when the new rows' sentences are the old rows' ones)."""
+        moved = changed_rows(index)  # one device read for all layers
+        for layer in self.layers:
+            layer.self_attn.select(index, moved)
+            if sources:
+                layer.cross_attn.select(index, moved)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` in every cache (beam search reordering)."""
-        for layer in self.layers:
-            layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)
+        self.select(index)
 
 
 @dataclass
@@ -156,8 +166,10 @@ class Seq2SeqTransformer(nn.Module):
         """(batch, len, d_model) -> (batch, len, vocab) logits (tied to embeddings if joint)."""
         return F.linear(hidden, self.output_weight, self.output_bias)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache.empty(len(self.decoder_layers))
+    def new_cache(self, rows: int = 0, positions: int = 0) -> DecoderCache:
+        """An empty cache; give the most rows and target positions a search will feed to
+        allocate its buffers once (see ``KVCache``)."""
+        return DecoderCache.empty(len(self.decoder_layers), rows, positions)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab) for training."""
