@@ -59,6 +59,8 @@ class DecodingState:
     BOS plus the t tokens chosen so far, a view of a buffer allocated once for the batch's
     longest output; ``attention`` (rows, layers, heads, t, src_len) the cross-attention of each
     chosen token when asked. ``max_rows`` is the most rows a step will have (sentences x beam).
+    With a cache, ``memory`` (the encoder output) is read at the first step only (for the
+    cross-attention keys/values) and does not follow the rows after it.
     """
 
     def __init__(self, model: Seq2SeqTransformer, src: Tensor, use_cache: bool,
