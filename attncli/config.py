@@ -80,7 +80,12 @@ class TokenizerConfig(_Section):
                                   "full-width punctuation (identity), else nmt_nfkc."))
     sample_size: int = Field(
         1_000_000, ge=1, description="Training pairs (a seeded random sample when there are "
-                                     "more) the tokenizer learns from.")
+                                     "more) the tokenizer learns from, at most.")
+    sample_bytes: int = Field(
+        100_000_000, ge=1, description="Bytes of UTF-8 text (both sides together; as many as "
+        "characters in Latin scripts) the tokenizer learns from, at most: SentencePiece's "
+        "memory grows with them (about 21 bytes each for unigram, ~2.1 GB at the default), so "
+        "this, not sample_size, bounds a first preparation's memory for any corpus size.")
 
     @model_validator(mode="after")
     def _model_file_is_joint(self) -> TokenizerConfig:
@@ -323,7 +328,7 @@ def save_config(config: Config, path: Path) -> None:
 # weights' shapes, the tokenizer, or the data order (the saved position indexes one batch list).
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
-    "tokenizer": frozenset({"sample_size"}),  # the run's own tokenizer is loaded
+    "tokenizer": frozenset({"sample_size", "sample_bytes"}),  # the run's own tokenizer is loaded
     "model": frozenset({"dropout", "attention_dropout", "attention"}),
     "train": frozenset({
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",

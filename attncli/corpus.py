@@ -39,13 +39,54 @@ from attncli.tokenizer import install_models, model_file_bytes, run_models, trai
 SAMPLE_SEED = 0
 
 
-def sampled_texts(ds, size: int, seed: int = SAMPLE_SEED) -> Callable[[str], Iterator[str]]:
-    """A stream of one side's texts of `size` pairs (all when fewer), read from the Arrow table
-    in file order; empty pairs are skipped, as training skips them."""
-    if len(ds) > size:
-        picked = np.sort(np.random.default_rng(seed).choice(len(ds), size, replace=False))
-        ds = ds.select(picked)
+def pair_bytes(ds) -> np.ndarray:
+    """UTF-8 bytes of each pair, both sides as stored: at least its characters, and at least
+    what the trainer is handed (stripped). Read from the Arrow offsets alone, so counting a
+    corpus of any size does not page its text into memory."""
+    import pyarrow.compute as pc
 
+    counts = [np.zeros(0, dtype=np.int64)]
+    for batch in ds.with_format("arrow").iter(batch_size=1_000_000):
+        sides = [pc.fill_null(pc.binary_length(batch[side]), 0) for side in ("src", "tgt")]
+        counts.append(pc.add(*sides).to_numpy().astype(np.int64))
+    return np.concatenate(counts)
+
+
+def sample_rows(sizes: np.ndarray, size: int, max_bytes: int,
+                seed: int = SAMPLE_SEED) -> np.ndarray | None:
+    """The rows the tokenizer learns from, in file order (None: all of them), given each
+    pair's bytes: a seeded random sample of at most `size` pairs and `max_bytes` bytes.
+
+    Why bytes: SentencePiece's memory grows with the text it is given (about 21 bytes a byte
+    of text for unigram), so a bound in pairs alone lets a corpus of long sentences take any
+    amount. The pairs are drawn exactly as when only `size` bounded them, then the draw is cut
+    where its bytes pass `max_bytes`, so a corpus within both bounds is read whole and in
+    order, as before this bound existed.
+    """
+    count = len(sizes)
+    if count <= size and int(sizes.sum()) <= max_bytes:
+        return None
+    rng = np.random.default_rng(seed)
+    order = rng.choice(count, size, replace=False) if count > size else rng.permutation(count)
+    keep = int(np.searchsorted(np.cumsum(sizes[order]), max_bytes, side="right"))
+    return np.sort(order[:keep])
+
+
+def tokenizer_sample(ds, size: int, max_bytes: int | None = None, seed: int = SAMPLE_SEED):
+    """The pairs the tokenizer learns from: at most `size` pairs and `max_bytes` bytes of
+    UTF-8 text (both sides together; no byte bound when None), a seeded sample in file order,
+    or `ds` itself when it is within both bounds."""
+    if max_bytes is None:
+        picked = (np.sort(np.random.default_rng(seed).choice(len(ds), size, replace=False))
+                  if len(ds) > size else None)
+    else:
+        picked = sample_rows(pair_bytes(ds), size, max_bytes, seed)
+    return ds if picked is None else ds.select(picked)
+
+
+def side_texts(ds) -> Callable[[str], Iterator[str]]:
+    """A fresh stream of one side's texts per call, read from the Arrow table in file order;
+    empty pairs are skipped, as training skips them."""
     def texts(side: str) -> Iterator[str]:
         for batch in ds.iter(batch_size=10_000):
             for src, tgt in zip(batch["src"], batch["tgt"], strict=True):
@@ -54,6 +95,12 @@ def sampled_texts(ds, size: int, seed: int = SAMPLE_SEED) -> Callable[[str], Ite
                     yield src if side == "src" else tgt
 
     return texts
+
+
+def sampled_texts(ds, size: int, max_bytes: int | None = None,
+                  seed: int = SAMPLE_SEED) -> Callable[[str], Iterator[str]]:
+    """The texts of `tokenizer_sample(ds, size, max_bytes, seed)`, one side per call."""
+    return side_texts(tokenizer_sample(ds, size, max_bytes, seed))
 
 
 def _tokenizer_key(config: Config, source: SplitSource) -> str:
@@ -79,7 +126,11 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         pass  # not cached yet, or damaged: train it
     started = time.perf_counter()
     ds = first_rows(source.rows, config.data.train_limit)
-    texts = sampled_texts(ds, cfg.sample_size)
+    sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)
+    texts = side_texts(sample)
+    if len(ds) and not len(sample):
+        raise AttncliError(f"tokenizer.sample_bytes={cfg.sample_bytes:,} is smaller than any "
+                           f"pair of the train split of {source.name}")
     if next(texts("src"), None) is None:
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
@@ -87,7 +138,8 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     write_entry(folder, lambda staging: install_models(models, RunPaths(staging)))
     models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
-        f"{min(len(ds), cfg.sample_size):,} of {len(ds):,} pairs in "
+        f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
+        f"{cfg.sample_bytes:,} bytes) in "
         f"{time.perf_counter() - started:.1f} s -> {folder}")
     return models
 

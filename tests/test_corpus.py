@@ -16,6 +16,7 @@ from attncli.batching import batch_loader, token_batches
 from attncli.config import Config, DataConfig, TokenizerConfig
 from attncli.corpus import prepare_training_data, sampled_texts
 from attncli.data import open_split, split_source
+from attncli.errors import AttncliError
 from attncli.tokenizer import tokenizer_from_bytes
 
 
@@ -136,6 +137,54 @@ def test_the_tokenizer_sample_is_bounded_and_seeded(toy):
     english = {p["en"] for p in toy_pairs(300, 0)}
     assert set(src) <= english and len(set(src)) > 20
     assert list(sampled_texts(ds, 1000)("tgt")) == [p["de"] for p in toy_pairs(300, 0)]
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def test_the_tokenizer_sample_is_bounded_in_bytes(toy):
+    ds = open_split(split_source(DataConfig(dataset=str(toy)), "train"))
+    pairs = toy_pairs(300, 0)
+    total = sum(_utf8(p["en"]) + _utf8(p["de"]) for p in pairs)
+    bound = total // 5
+
+    def handed(size: int, max_bytes: int | None) -> list[str]:
+        texts = sampled_texts(ds, size, max_bytes)
+        return list(texts("src")) + list(texts("tgt"))
+
+    sample = handed(1000, bound)
+    longest = max(_utf8(p["en"]) + _utf8(p["de"]) for p in pairs)
+    assert bound - longest < sum(map(_utf8, sample)) <= bound
+    assert sum(map(len, sample)) <= bound  # characters: at most as many as bytes
+    assert sample == handed(1000, bound)  # seeded: the same sample every time
+    assert set(sample[:len(sample) // 2]) <= {p["en"] for p in pairs}
+    # Within both bounds nothing changes: every pair in order, or the pair-bounded sample.
+    assert handed(1000, total) == handed(1000, None) == ([p["en"] for p in pairs]
+                                                          + [p["de"] for p in pairs])
+    assert handed(40, total) == handed(40, None)
+
+
+def test_the_trainer_is_handed_at_most_sample_bytes(toy, tmp_path, monkeypatch):
+    from attncli import tokenizer
+
+    handed: list[int] = []
+    train_one = tokenizer._train_one
+
+    def counting(texts, cfg, languages):
+        texts = list(texts)
+        handed.append(sum(map(_utf8, texts)))
+        return train_one(texts, cfg, languages)
+
+    monkeypatch.setattr(tokenizer, "_train_one", counting)
+    _, lines = _prepare(_config(toy, tmp_path / "cache", sample_bytes=6000))
+    assert len(handed) == 1 and 5000 < handed[0] <= 6000
+    assert any("(at most 1,000,000 pairs and 6,000 bytes)" in line for line in lines)
+
+
+def test_a_byte_bound_below_one_pair_is_one_line(toy, tmp_path):
+    with pytest.raises(AttncliError, match="tokenizer.sample_bytes=10 is smaller than any"):
+        _prepare(_config(toy, tmp_path / "cache", sample_bytes=10))
 
 
 def test_workers_feed_the_same_batches_in_the_same_order(toy, tmp_path):
