@@ -22,6 +22,7 @@ cache). Prints the machine and a Markdown table (GB = 1e9 bytes); `--json PATH` 
 figures.
 
     python benchmarks/data_scale.py --pairs 4500000
+    python benchmarks/data_scale.py --pairs 1000000 --tokenizer-type unigram  # small.yaml's
     python benchmarks/data_scale.py --pairs 20000 --updates 20            # a quick check
     python benchmarks/data_scale.py --skip-prepare --set train.threads=2  # warm training only
     python benchmarks/data_scale.py --old-code --source /tmp/attncli-old  # an older checkout
@@ -215,17 +216,18 @@ def make_corpus(data_dir: Path, pairs: int, seed: int) -> tuple[Path, bool]:
 
 SETTINGS = {
     "data.dataset": DATASET, "data.src": "en", "data.tgt": "de", "data.valid_limit": 200,
-    "data.max_len": 128, "model.max_positions": 256, "tokenizer.type": "bpe",
+    "data.max_len": 128, "model.max_positions": 256,
     "tokenizer.vocab_size": 8000, "train.eval_every": 1_000_000, "train.max_epochs": None,
 }
 
 
-def write_config(base: Path, path: Path, updates: int) -> list[str]:
-    """`base` with SETTINGS and train.max_steps written to `path`; returns the keys that `base`
-    does not have (left out: an older checkout may not know them)."""
+def write_config(base: Path, path: Path, updates: int, tokenizer_type: str = "bpe") -> list[str]:
+    """`base` with SETTINGS, tokenizer.type and train.max_steps written to `path`; returns the
+    keys that `base` does not have (left out: an older checkout may not know them)."""
     config = yaml.safe_load(base.read_text("utf-8"))
     missing = []
-    for key, value in {**SETTINGS, "train.max_steps": updates}.items():
+    settings = {**SETTINGS, "tokenizer.type": tokenizer_type, "train.max_steps": updates}
+    for key, value in settings.items():
         section, name = key.split(".")
         if name in config.get(section, {}):
             config[section][name] = value
@@ -411,7 +413,8 @@ def _train_rows(train: dict, updates: int, old_code: bool) -> list[tuple[str, st
 
 def table_rows(report: dict) -> list[tuple[str, str]]:
     corpus = report["corpus"]
-    rows = [("corpus", f"{corpus['pairs']:,} pairs, train.jsonl {corpus['train_gb']:,.3f} GB")]
+    rows = [("corpus", f"{corpus['pairs']:,} pairs, train.jsonl {corpus['train_gb']:,.3f} GB"),
+            ("tokenizer.type", report.get("tokenizer_type", "bpe"))]
     if report.get("prepare"):
         rows += _prepare_rows(report["prepare"])
     return rows + _train_rows(report["train"], report["updates"], report["old_code"])
@@ -436,6 +439,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--updates", type=int, default=300, help="training updates to time")
     parser.add_argument("--work", type=Path, default=Path("/tmp/attncli-data-scale"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    parser.add_argument("--tokenizer-type", choices=("bpe", "unigram"), default="bpe",
+                        help="tokenizer.type (unigram, small.yaml's, needs more memory a "
+                             "character than bpe)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="config override passed to both commands (repeatable)")
     parser.add_argument("--skip-prepare", action="store_true",
@@ -461,10 +467,11 @@ def run_benchmark(args: argparse.Namespace) -> dict:
     base = (args.source if args.old_code else REPO) / "configs" / "small.yaml"
     config = work / "synth.yaml"
     missing = write_config(base if base.is_file() else REPO / "configs/small.yaml", config,
-                           args.updates)
+                           args.updates, args.tokenizer_type)
     if missing:
         print(f"config: {base} has no {', '.join(missing)}; left out", file=sys.stderr)
     report = {"machine": machine(), "old_code": args.old_code, "updates": args.updates,
+              "tokenizer_type": args.tokenizer_type,
               "corpus": {"pairs": args.pairs, "seed": args.seed,
                          "train_gb": (folder / "train.jsonl").stat().st_size / GB}}
     if args.old_code:
