@@ -119,15 +119,21 @@ def test_a_run_killed_before_its_first_save_trains_again_from_step_0(runs, data_
     assert log.count("step      1 |") == 1 and "trains again from step 0" in log
 
 
+def _resumed_from_step_4(runs: Path, data_dir: Path, name: str, tolerance: float) -> Path:
+    """A copy of the straight run resumed from step 4 to 6, its losses checked against it."""
+    run = _copy(runs, name)
+    _cut_back(run, 4)
+    result = resume(data_dir, run)
+    assert result.returncode == 0, result.stderr
+    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=tolerance)
+    return run
+
+
 def test_a_foreach_run_resumes_into_a_fused_optimizer(runs, data_dir, monkeypatch):
     """What a CPU run resumed on CUDA meets: the saved groups say foreach, the new optimizer
     is fused (fused AdamW runs on CPU too, so the CPU shows it)."""
     monkeypatch.setattr("attncli.training.optim.use_fused_adamw", lambda device: True)
-    run = _copy(runs, "fused")
-    _cut_back(run, 4)
-    result = resume(data_dir, run)
-    assert result.returncode == 0, result.stderr
-    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-5)
+    run = _resumed_from_step_4(runs, data_dir, "fused", 1e-5)
     state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
     assert all(group["fused"] and not group["foreach"]
                for group in state["optimizer"]["param_groups"])
@@ -135,11 +141,7 @@ def test_a_foreach_run_resumes_into_a_fused_optimizer(runs, data_dir, monkeypatc
 
 def test_a_resume_keeps_the_runs_pad_multiple_and_says_so(runs, data_dir, monkeypatch):
     monkeypatch.setattr("attncli.training.trainer.resolve_pad_multiple", lambda *args: 16)
-    run = _copy(runs, "padded")
-    _cut_back(run, 4)
-    result = resume(data_dir, run)
-    assert result.returncode == 0, result.stderr
-    assert losses(run) == pytest.approx(losses(runs / "straight"), abs=1e-6)
+    run = _resumed_from_step_4(runs, data_dir, "padded", 1e-6)
     saved = json.loads((run / "checkpoints" / "step-4" / "state.json").read_text())
     log = (run / "train.log").read_text()
     assert f"batch lengths stay rounded to multiples of {saved['pad_multiple']}," in log

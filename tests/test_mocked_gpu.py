@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
@@ -88,17 +89,24 @@ def test_one_process_keeps_its_current_gpu_and_an_explicit_one():
     assert set_device.call_args_list == [mock.call(0), mock.call(1)]
 
 
-@pytest.mark.parametrize(("device_name", "gpus"), [("cuda", 2), ("auto", 2), ("cpu", 2),
-                                                   ("auto", 0)])
-def test_the_launcher_starts_the_ranks_without_touching_a_gpu(device_name, gpus, tmp_path):
-    """`train --nproc 2` checks the GPUs and hands over to torchrun's launcher; it makes no GPU
-    current and creates no CUDA context (the ranks each take their own GPU)."""
+def _train_nproc_2(device_name: str, gpus: int, tmp_path: Path):
+    """`attncli train --nproc 2` on `gpus` fake GPUs, torchrun's launcher mocked: the result,
+    the recorded `set_device` and the launcher mock."""
     launched = mock.MagicMock()
     with fake_gpus(gpus) as set_device, mock.patch.dict(os.environ), \
             mock.patch("torch.distributed.launcher.api.elastic_launch", launched):
         os.environ.pop("LOCAL_RANK", None)
         result = run_cli("train", SMALL, "--runs-dir", str(tmp_path), "--set",
                          "train.accum_steps=2", "--nproc", "2", "--device", device_name)
+    return result, set_device, launched
+
+
+@pytest.mark.parametrize(("device_name", "gpus"), [("cuda", 2), ("auto", 2), ("cpu", 2),
+                                                   ("auto", 0)])
+def test_the_launcher_starts_the_ranks_without_touching_a_gpu(device_name, gpus, tmp_path):
+    """`train --nproc 2` checks the GPUs and hands over to torchrun's launcher; it makes no GPU
+    current and creates no CUDA context (the ranks each take their own GPU)."""
+    result, set_device, launched = _train_nproc_2(device_name, gpus, tmp_path)
     assert result.returncode == 0, result.stderr
     set_device.assert_not_called()
     config, entrypoint = launched.call_args.args
@@ -113,12 +121,7 @@ def test_the_launcher_starts_the_ranks_without_touching_a_gpu(device_name, gpus,
     ("cuda", 0, "--device cuda: CUDA is not available"),
 ])
 def test_the_launcher_refuses_before_starting_anything(device_name, gpus, message, tmp_path):
-    launched = mock.MagicMock()
-    with fake_gpus(gpus) as set_device, mock.patch.dict(os.environ), \
-            mock.patch("torch.distributed.launcher.api.elastic_launch", launched):
-        os.environ.pop("LOCAL_RANK", None)
-        result = run_cli("train", SMALL, "--runs-dir", str(tmp_path), "--set",
-                         "train.accum_steps=2", "--nproc", "2", "--device", device_name)
+    result, set_device, launched = _train_nproc_2(device_name, gpus, tmp_path)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     launched.assert_not_called()
     set_device.assert_not_called()

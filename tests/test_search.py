@@ -59,7 +59,7 @@ def test_beam_of_one_equals_greedy(model):
     assert len({len(h.tokens) for h in greedy}) > 1, "outputs should end at different lengths"
 
 
-@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("beam", [1, 3, 4, 5])
 def test_search_with_cache_equals_search_without(model, beam):
     src = _padded(_sources())
     cached = beam_search(model, src, beam, A, B, nbest=beam)
