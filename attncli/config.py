@@ -82,9 +82,9 @@ class TokenizerConfig(_Section):
         1_000_000, ge=1, description="Training pairs (a seeded random sample when there are "
                                      "more) the tokenizer learns from, at most.")
     sample_bytes: int = Field(
-        100_000_000, ge=1, description="Bytes of UTF-8 text (both sides together; as many as "
+        50_000_000, ge=1, description="Bytes of UTF-8 text (both sides together; as many as "
         "characters in Latin scripts) the tokenizer learns from, at most: SentencePiece's "
-        "memory grows with them (about 21 bytes each for unigram, ~2.1 GB at the default), so "
+        "memory grows with them (about 21 bytes each for unigram, ~1.0 GB at the default), so "
         "this, not sample_size, bounds a first preparation's memory for any corpus size.")
 
     @model_validator(mode="after")

@@ -41,15 +41,17 @@ SAMPLE_SEED = 0
 
 def pair_bytes(ds) -> np.ndarray:
     """UTF-8 bytes of each pair, both sides as stored: at least its characters, and at least
-    what the trainer is handed (stripped). Read from the Arrow offsets alone, so counting a
-    corpus of any size does not page its text into memory."""
+    what the trainer is handed (stripped). Computed from the Arrow offsets of the table under
+    `ds`, so no text is copied (iterating `ds` in batches would concatenate it)."""
     import pyarrow.compute as pc
 
-    counts = [np.zeros(0, dtype=np.int64)]
-    for batch in ds.with_format("arrow").iter(batch_size=1_000_000):
-        sides = [pc.fill_null(pc.binary_length(batch[side]), 0) for side in ("src", "tgt")]
-        counts.append(pc.add(*sides).to_numpy().astype(np.int64))
-    return np.concatenate(counts)
+    table = ds.data
+    sides = [pc.fill_null(pc.binary_length(table.column(side)), 0).to_numpy()
+             for side in ("src", "tgt")]
+    sizes = np.add(*sides, dtype=np.int64)
+    if ds._indices is not None:  # a selection of the table's rows (datasets' indices mapping)
+        sizes = sizes[ds._indices.column(0).to_numpy()]
+    return sizes
 
 
 def sample_rows(sizes: np.ndarray, size: int, max_bytes: int,
