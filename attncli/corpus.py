@@ -78,11 +78,8 @@ def tokenizer_sample(ds, size: int, max_bytes: int | None = None, seed: int = SA
     """The pairs the tokenizer learns from: at most `size` pairs and `max_bytes` bytes of
     UTF-8 text (both sides together; no byte bound when None), a seeded sample in file order,
     or `ds` itself when it is within both bounds."""
-    if max_bytes is None:
-        picked = (np.sort(np.random.default_rng(seed).choice(len(ds), size, replace=False))
-                  if len(ds) > size else None)
-    else:
-        picked = sample_rows(pair_bytes(ds), size, max_bytes, seed)
+    no_bound = np.iinfo(np.int64).max
+    picked = sample_rows(pair_bytes(ds), size, no_bound if max_bytes is None else max_bytes, seed)
     return ds if picked is None else ds.select(picked)
 
 

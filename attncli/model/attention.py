@@ -296,10 +296,6 @@ class KVCache:
                 filled.index_copy_(0, moved, filled.index_select(0, source))
         self.rows = index.numel()
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows ``index`` of the batch (beam search: follow the surviving hypotheses)."""
-        self.select(index)
-
 
 def changed_rows(index: Tensor) -> Tensor:
     """Positions i where ``index[i] != i`` (a row selection that moves only those rows)."""

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attncli.config import ModelConfig
-from attncli.model.attention import KVCache, changed_rows, padding_mask
+from attncli.model.attention import KVCache, padding_mask
 from attncli.model.dropout import Dropout
 from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
 from attncli.model.loss import projected_cross_entropy
@@ -35,20 +35,6 @@ class DecoderCache:
         """Caches whose self-attention buffers are allocated (at the first step) for ``rows``
         rows and ``positions`` target positions: enough for a whole search, never grown."""
         return cls([LayerCache(KVCache(rows, positions), KVCache()) for _ in range(num_layers)])
-
-    def select(self, index: Tensor, sources: bool = True) -> None:
-        """Keep batch rows ``index`` (new row i = old row ``index[i]``) in every cache, moving
-        only the rows that change; ``sources=False`` leaves the cross-attention caches as they
-        are (when the new rows' sentences are the old rows' ones)."""
-        moved = changed_rows(index)  # one device read for all layers
-        for layer in self.layers:
-            layer.self_attn.select(index, moved)
-            if sources:
-                layer.cross_attn.select(index, moved)
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every cache (beam search reordering)."""
-        self.select(index)
 
 
 @dataclass

@@ -59,10 +59,9 @@ def _prepare_on_primary(config, resumed: RunPaths | None, config_path, name: str
         save_config(config, paths.config)
         install_models(data.models, paths)
         return data, paths
-    if not never_saved(resumed):
-        return prepare_training_data(config, say, run_models(resumed, config.tokenizer.joint)), \
-            resumed
     joint = config.tokenizer.joint
+    if not never_saved(resumed):
+        return prepare_training_data(config, say, run_models(resumed, joint)), resumed
     complete = all(resumed.spm_model(side).is_file() for side in model_sides(joint))
     data = prepare_training_data(config, say, run_models(resumed, joint) if complete else None)
     install_models(data.models, resumed)
