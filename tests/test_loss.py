@@ -25,10 +25,14 @@ def _reference(hidden, weight, bias, targets, smoothing):
                            label_smoothing=smoothing, reduction="sum")
 
 
+@pytest.mark.parametrize("drop_padding", [True, False])  # CPU's way and CUDA's
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("rows", [7, 23])  # one chunk and several chunks, the last one partial
-def test_matches_stock_cross_entropy_and_its_gradients(monkeypatch, smoothing, rows):
+def test_matches_stock_cross_entropy_and_its_gradients(monkeypatch, smoothing, rows,
+                                                       drop_padding):
     monkeypatch.setattr(loss_module, "CHUNK_ROWS", 5)
+    monkeypatch.setattr(loss_module, "drops_padding_rows", lambda device: drop_padding)
+    monkeypatch.setattr(loss_module, "SCORED_ROWS_MULTIPLE", 4)  # some padding rows stay in
     hidden, weight, bias, targets = _inputs(rows)
     fused = projected_cross_entropy(hidden, weight, bias, targets, PAD, smoothing, torch.float64)
     fused_grads = torch.autograd.grad(fused * 3.0, (hidden, weight, bias))

@@ -18,23 +18,32 @@ from torch import Tensor
 
 CHUNK_ROWS = 256  # 256 x 8k fp32 logits = 8 MB: below glibc's mmap threshold, so reused
 CUDA_CHUNK_ROWS = 4096  # large enough to fill a GPU, a fraction of the whole matrix
+SCORED_ROWS_MULTIPLE = 64  # CPU: few distinct row counts, so few oneDNN kernel builds
 
 
 def chunk_rows(device: torch.device) -> int:
     return CUDA_CHUNK_ROWS if device.type == "cuda" else CHUNK_ROWS
 
 
-def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor, smoothing: float,
-                               want_grad: bool) -> tuple[Tensor, Tensor | None]:
-    """Summed loss of one chunk and, if wanted, d(loss)/d(logits) (fp32, in place of logits)."""
+def drops_padding_rows(device: torch.device) -> bool:
+    """Whether padding rows are removed before the loss (CPU) rather than masked (see below)."""
+    return device.type == "cpu"
+
+
+def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor | None,
+                               smoothing: float, want_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """Summed loss of one chunk and, if wanted, d(loss)/d(logits) (fp32, in place of logits).
+
+    ``keep`` marks the rows that count; None when every row does (padding already removed).
+    """
     vocab = logits.size(1)
     log_probs = torch.log_softmax(logits, dim=1)
-    safe_targets = targets.where(keep, 0).unsqueeze(1)
+    safe_targets = (targets if keep is None else targets.where(keep, 0)).unsqueeze(1)
     nll = -log_probs.gather(1, safe_targets).squeeze(1)
     loss_rows = (1.0 - smoothing) * nll
     if smoothing:
         loss_rows = loss_rows - smoothing * log_probs.mean(dim=1)
-    loss = loss_rows.masked_fill(~keep, 0.0).sum()
+    loss = (loss_rows if keep is None else loss_rows.masked_fill(~keep, 0.0)).sum()
     if not want_grad:
         return loss, None
     # d/dlogits of the smoothed loss: softmax - (1 - eps) * onehot(target) - eps / V
@@ -42,14 +51,43 @@ def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor, sm
     if smoothing:
         grad.sub_(smoothing / vocab)
     grad.scatter_add_(1, safe_targets, grad.new_full(safe_targets.shape, smoothing - 1.0))
-    grad.mul_(keep.unsqueeze(1))
+    if keep is not None:
+        grad.mul_(keep.unsqueeze(1))
     return loss, grad
 
 
 def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                   ignore_index: int, smoothing: float, compute_dtype: torch.dtype,
                   want_grad: bool) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
-    """Summed loss over row chunks and, if wanted, the gradients of hidden, weight and bias."""
+    """Summed loss and, if wanted, the gradients of hidden, weight and bias.
+
+    On CPU the scored rows are moved to the front and the padding rows after them are left out
+    but for a few, so that the row count is a multiple of `SCORED_ROWS_MULTIPLE`: a padded batch
+    is ~1/5 padding at pad_multiple 8, and oneDNN builds a bf16 kernel for every new row count.
+    On CUDA that would need the row count on the host, a synchronisation per step, so there
+    every row goes through and padding rows are masked.
+    """
+    keep = targets != ignore_index
+    if not drops_padding_rows(hidden.device):
+        return _loss_over_chunks(hidden, weight, bias, targets, smoothing, compute_dtype,
+                                 want_grad, keep)
+    scored = int(keep.sum())
+    rows = min(targets.numel(), -(-scored // SCORED_ROWS_MULTIPLE) * SCORED_ROWS_MULTIPLE)
+    order = torch.argsort(~keep, stable=True)[:rows]  # scored rows first, in their order
+    total, grads = _loss_over_chunks(hidden[order], weight, bias, targets[order], smoothing,
+                                     compute_dtype, want_grad, keep[order], scored)
+    if grads is None:
+        return total, None
+    grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32).index_copy_(0, order, grads[0])
+    return total, (grad_hidden, grads[1], grads[2])
+
+
+def _loss_over_chunks(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+                      smoothing: float, compute_dtype: torch.dtype, want_grad: bool,
+                      keep: Tensor, kept_prefix: int = 0
+                      ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
+    """The row-chunk loop. ``keep`` marks the rows that count; the first ``kept_prefix`` rows
+    are known to, so chunks within them skip the mask."""
     w = weight.to(compute_dtype)
     b = bias.to(compute_dtype)
     fp32 = {"dtype": torch.float32, "device": hidden.device}
@@ -62,9 +100,9 @@ def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     for start in range(0, hidden.size(0), step):
         rows = slice(start, start + step)
         h = hidden[rows].to(compute_dtype)
-        t = targets[rows]
         logits = torch.addmm(b, h, w.t()).float()
-        loss, grad = _chunk_loss_and_logit_grad(logits, t, t != ignore_index, smoothing,
+        chunk_keep = None if start + step <= kept_prefix else keep[rows]
+        loss, grad = _chunk_loss_and_logit_grad(logits, targets[rows], chunk_keep, smoothing,
                                                 want_grad)
         total += loss
         if grads is not None:
