@@ -58,8 +58,10 @@ def _cut_back(run: Path, step: int) -> None:
 
 
 def _subprocess_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a subprocess run; its thread count is this process's, since a curve
+    is only exact on the same threads (see Trainer._say_if_threads_changed)."""
     return {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO),
-            "OMP_NUM_THREADS": "1", **extra}
+            "OMP_NUM_THREADS": str(torch.get_num_threads()), **extra}
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,24 +121,40 @@ def test_a_run_killed_before_its_first_save_trains_again_from_step_0(runs, data_
     assert log.count("step      1 |") == 1 and "trains again from step 0" in log
 
 
-def _resumed_from_step_4(runs: Path, data_dir: Path, name: str, tolerance: float) -> Path:
+def _resumed_from_step_4(runs: Path, data_dir: Path, name: str, tolerance: float,
+                         edit_state=lambda state: None) -> Path:
     """A copy of the straight run resumed from step 4 to 6, its losses checked against it."""
     run = _copy(runs, name)
     _cut_back(run, 4)
+    state_file = run / "checkpoints" / "step-4" / "state.json"
+    state = json.loads(state_file.read_text())
+    edit_state(state)
+    state_file.write_text(json.dumps(state))
     result = resume(data_dir, run)
     assert result.returncode == 0, result.stderr
     assert losses(run) == pytest.approx(losses(runs / "straight"), abs=tolerance)
     return run
 
 
-def test_a_foreach_run_resumes_into_a_fused_optimizer(runs, data_dir, monkeypatch):
-    """What a CPU run resumed on CUDA meets: the saved groups say foreach, the new optimizer
-    is fused (fused AdamW runs on CPU too, so the CPU shows it)."""
-    monkeypatch.setattr("attncli.training.optim.use_fused_adamw", lambda device: True)
-    run = _resumed_from_step_4(runs, data_dir, "fused", 1e-5)
+def test_a_foreach_run_resumes_into_a_fused_optimizer(runs, data_dir):
+    """What a run saved by attncli 0.4 (foreach AdamW on CPU) meets today, where the optimizer
+    is fused on CPU and CUDA: the saved groups say foreach, the new optimizer is fused."""
+    def as_saved_by_foreach(state):
+        for group in state["optimizer"]["param_groups"]:
+            group.update(fused=None, foreach=True)
+
+    run = _resumed_from_step_4(runs, data_dir, "fused", 1e-5, as_saved_by_foreach)
     state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
     assert all(group["fused"] and not group["foreach"]
                for group in state["optimizer"]["param_groups"])
+
+
+def test_a_resume_with_another_thread_count_says_so(runs, data_dir):
+    run = _resumed_from_step_4(runs, data_dir, "threads", 1e-6,
+                               lambda state: state.update(threads=99))
+    assert "this run saved with 99 CPU threads and resumes with" in (run / "train.log").read_text()
+    saved = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
+    assert saved["threads"] == torch.get_num_threads()
 
 
 def test_a_resume_keeps_the_runs_pad_multiple_and_says_so(runs, data_dir, monkeypatch):

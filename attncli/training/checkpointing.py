@@ -34,6 +34,7 @@ class RunState:
     bad_validations: int = 0
     last_validated: int = -1
     pad_multiple: int = 1   # batches were cut with it; the position means nothing without it
+    threads: int = 0        # CPU threads of the process that saved (0: not recorded, before 0.5)
     elapsed: float = 0.0    # training seconds (validation and saving not counted)
 
 
@@ -88,7 +89,8 @@ def resume_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimiz
             f"budgeted target tokens only; now {BATCHING}), so it cannot resume exactly; "
             f"finish it with attncli 0.2, or start a new run")
     apply_optimizer_settings(optimizer, cfg)
-    fields = {name: saved[name] for name in RunState.__dataclass_fields__ if name != "elapsed"}
+    fields = {name: saved[name] for name in RunState.__dataclass_fields__
+              if name != "elapsed" and name in saved}
     state = RunState(**fields, elapsed=saved["elapsed_s"])
     _restore_rng(saved, state.step, cfg.seed, world, device)
     return state, folder

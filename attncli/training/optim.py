@@ -19,9 +19,9 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
 
 
 def use_fused_adamw(device: torch.device) -> bool:
-    """The fused kernel (one launch for every parameter) on CUDA; `foreach` elsewhere, where
-    launches cost little and the foreach path was measured no slower."""
-    return device.type == "cuda"
+    """The fused kernel (one pass over each parameter) on CUDA and CPU; `foreach` elsewhere.
+    On CPU the foreach path makes a pass per operation and was ~3x slower (benchmarks/)."""
+    return device.type in ("cuda", "cpu")
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -47,7 +47,8 @@ class Trainer:
         self.reporter, self.world = reporter, world or World()
         self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
         self.precision = resolve_precision(self.cfg.precision, device)
-        self.state = RunState(pad_multiple=self._device_pad_multiple())
+        self.state = RunState(pad_multiple=self._device_pad_multiple(),
+                              threads=torch.get_num_threads())
         self.fingerprint = model_fingerprint(config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
@@ -83,7 +84,20 @@ class Trainer:
                 f"batch lengths stay rounded to multiples of {self.state.pad_multiple}, as "
                 f"this run's batches were cut (this device would choose {chosen}): its data "
                 f"position counts those batches")
+        self._say_if_threads_changed()
         return folder
+
+    def _say_if_threads_changed(self) -> None:
+        """On CPU the matrix kernels split their work among the threads, and for some shapes
+        their rounding follows the split: with another thread count the resumed curve leaves
+        the uninterrupted one in the last digits. Said, not refused: the run is still sound."""
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and self.state.threads not in (0, threads):
+            self.reporter.line(
+                f"this run saved with {self.state.threads} CPU threads and resumes with "
+                f"{threads}: its losses will differ from an uninterrupted run's in the last "
+                f"digits (train.threads sets the count)")
+        self.state.threads = threads
 
     # -- the loop ------------------------------------------------------------------------------
 
