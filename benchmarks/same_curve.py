@@ -34,11 +34,13 @@ def checkout(ref: str, into: Path) -> Path:
     return into
 
 
-def train_curve(tree: Path, precision: str, steps: int, work: Path) -> list[dict]:
+def train_curve(tree: Path, precision: str, steps: int, work: Path,
+                extra: list[str] = ()) -> list[dict]:
     """metrics.jsonl of a short small.yaml run trained by the code in `tree`."""
     runs = work / f"runs-{precision}"
     settings = [f"train.max_steps={steps}", "train.log_every=1", f"train.eval_every={steps}",
-                f"train.precision={precision}", "data.valid_limit=100", "train.tensorboard=false"]
+                f"train.precision={precision}", "data.valid_limit=100", "train.tensorboard=false",
+                *extra]
     command = [sys.executable, "-m", "attncli", "train", str(tree / "configs/small.yaml"),
                "--name", "curve", "--runs-dir", str(runs)]
     for setting in settings:
@@ -59,6 +61,13 @@ def compare(ours: list[dict], theirs: list[dict]) -> list[str]:
     return differences
 
 
+def largest_loss_gap(ours: list[dict], theirs: list[dict]) -> float:
+    """The largest |difference| of the training loss at the same update."""
+    mine = {e["step"]: e["loss"] for e in ours if e.get("event") == "train"}
+    other = {e["step"]: e["loss"] for e in theirs if e.get("event") == "train"}
+    return max((abs(mine[s] - other[s]) for s in mine.keys() & other.keys()), default=0.0)
+
+
 def bf16_supported() -> bool:
     import torch
 
@@ -70,6 +79,8 @@ def main() -> int:
     parser.add_argument("--ref", required=True, help="git commit to compare with")
     parser.add_argument("--precision", action="append", choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--set", action="append", default=[], dest="settings",
+                        help="a config override for both trees, e.g. train.pad_multiple=8")
     args = parser.parse_args()
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,11 +92,12 @@ def main() -> int:
             if precision == "bf16" and not bf16_supported():
                 print("bf16: skipped, this CPU has no bf16 support")
                 continue
-            ours = train_curve(HERE, precision, args.steps, work / "here")
-            theirs = train_curve(other, precision, args.steps, work / "there")
+            ours = train_curve(HERE, precision, args.steps, work / "here", args.settings)
+            theirs = train_curve(other, precision, args.steps, work / "there", args.settings)
             differences = compare(ours, theirs)
             losses = [f"{e['loss']:.6f}" for e in ours if e.get("event") == "train"]
-            print(f"{precision}: {len(ours)} events, {len(differences)} differences; "
+            print(f"{precision}: {len(ours)} events, {len(differences)} differences "
+                  f"(largest loss difference {largest_loss_gap(ours, theirs):.2e}); "
                   f"losses {' '.join(losses[:3])} ... {losses[-1]}")
             for line in differences:
                 print("  " + line)
