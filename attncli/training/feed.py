@@ -9,6 +9,7 @@ batches, so a run resumes exactly on any number of processes.
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ import torch
 from attncli.batching import Batch, batch_loader, token_batches
 from attncli.config import TrainConfig
 from attncli.distributed import World
+from attncli.subword_sampling import SubwordSampler
 
 
 @dataclass
@@ -36,10 +38,12 @@ class UpdateFeed:
     worker processes (if any) serve the whole run."""
 
     def __init__(self, corpus, cfg: TrainConfig, world: World, pad_multiple: int, workers: int,
-                 device: torch.device):
-        """`corpus`: the training split's `TokenizedSplit` (length columns, `collate`)."""
+                 device: torch.device, sampler: SubwordSampler | None = None):
+        """`corpus`: the training split's `TokenizedSplit` (length columns, `collate`);
+        `sampler`: re-segments each batch (subword regularization), None to keep the cache's."""
         self.corpus, self.cfg, self.world = corpus, cfg, world
         self.pad_multiple, self.workers, self.device = pad_multiple, workers, device
+        self.sampler = sampler
         self._epoch_order: tuple[int, list[np.ndarray]] = (-1, [])
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
@@ -78,7 +82,19 @@ class UpdateFeed:
             rows = sum(len(pairs) for pairs in update)
             tokens = rows + sum(int(corpus.tgt_lens[pairs].sum()) for pairs in update)
             mine = [next(loader) for _ in share(update)]
+            if self.sampler is not None:
+                mine, tokens = self._resampled(mine, share(update), epoch)
             counted = bool(mine)
             if not counted:
                 mine = [corpus.collate(update[0], self.pad_multiple)]
             yield Update(mine, tokens, counted, epoch, batch_index)
+
+    def _resampled(self, batches: list[Batch], pairs: list[np.ndarray], epoch: int
+                   ) -> tuple[list[Batch], int]:
+        """The batches re-segmented, and the update's target tokens counted anew (over every
+        process). A batch's draws are keyed by its pairs, which no other batch of the epoch
+        holds, so they do not depend on the number of processes or on a resume."""
+        sampled = [self.sampler.resample(batch, epoch, zlib.crc32(rows.tobytes()),
+                                         self.pad_multiple)
+                   for batch, rows in zip(batches, pairs, strict=True)]
+        return sampled, sum(self.world.gather(sum(b.num_tgt_tokens for b in sampled)))
