@@ -132,7 +132,7 @@ def open_translator(folder: Path, threads: int):
 
 
 def export_command(run_dir: Path, to: str, quantization: str, output: Path | None,
-                   force: bool, checkpoint: str = "best") -> Path:
+                   force: bool, checkpoint: str = "auto") -> Path:
     """`attncli export`: write the CTranslate2 folder; returns it."""
     if to != "ctranslate2":
         raise AttncliError(f"--to {to}: the one export target is ctranslate2")
@@ -165,8 +165,9 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
 
 
 class CTranslate2Engine:
-    """Translates with an exported folder: same tokenizer, beam, length penalty and output
-    limits as attncli's own search (`search.translate_ids`), hypotheses in its `Hypothesis`."""
+    """Translates with an exported folder: same tokenizer, beam, length penalty, output limits
+    and n-gram blocking as attncli's own search (`search.translate_ids`), hypotheses in its
+    `Hypothesis`."""
 
     def __init__(self, folder: Path, tokenizer, decode_cfg, threads: int = 0):
         if not (folder / "model.bin").is_file() or not (folder / METADATA).is_file():
@@ -191,7 +192,8 @@ class CTranslate2Engine:
             [[self.tokenizer.src.id_to_piece(t) for t in src_ids[i]] for i in rows],
             beam_size=beam, num_hypotheses=nbest, max_decoding_length=limit,
             length_penalty=self.cfg.length_penalty, return_scores=True, max_batch_size=64,
-            asynchronous=True)) for limit, rows in groups.items()]
+            no_repeat_ngram_size=self.cfg.no_repeat_ngram_size, asynchronous=True))
+            for limit, rows in groups.items()]
         results: list = [None] * len(src_ids)
         for rows, futures in pending:
             for i, future in zip(rows, futures, strict=True):

@@ -19,7 +19,10 @@ Conventions shared by both searches:
 * PAD and BOS are never generated;
 * ``score = log_prob / (len(tokens) + 1) ** length_penalty`` — the +1 counts the EOS, whose
   probability is part of ``log_prob``;
-* ``attention`` (when asked) has one row per output token plus one for the EOS.
+* ``attention`` (when asked) has one row per output token plus one for the EOS;
+* with ``no_repeat_ngram_size`` n > 0 (fairseq's and CTranslate2's option), no n-gram of output
+  ids occurs twice in a hypothesis: a token that would complete one already in its row's prefix
+  gets -inf, like the forbidden tokens, after the log-normaliser (``block_repeated_ngrams``).
 """
 
 from __future__ import annotations
@@ -64,6 +67,35 @@ def _restrict(logits: Tensor, at_limit: Tensor, any_at_limit: bool) -> None:
         logits[at_limit, :, EOS_ID] = eos
 
 
+def block_repeated_ngrams(logits: Tensor, prefix: Tensor, n: int) -> None:
+    """In place: -inf for each token that would complete an ``n``-gram already in its row.
+
+    logits (rows, vocab); prefix (rows, t) the output ids each row's hypothesis has so far (no
+    BOS), row for row. Every n-gram of the prefix whose first n - 1 ids equal its last n - 1
+    bans its last id. One scatter and no device read, so a step still syncs only once; the
+    comparisons cost O(rows * t * n) a step.
+    """
+    t = prefix.size(1)
+    if n <= 0 or t < n:
+        return
+    ngrams = prefix.unfold(1, n, 1)  # (rows, t - n + 1, n): every n-gram so far
+    repeats = (ngrams[:, :, :-1] == prefix[:, None, t - n + 1 :]).all(dim=2)  # (rows, t-n+1)
+    penalty = torch.zeros(repeats.shape, dtype=logits.dtype, device=logits.device)
+    logits.scatter_add_(1, ngrams[:, :, -1], penalty.masked_fill_(repeats, -torch.inf))
+
+
+def _step_logits(state: DecodingState, max_len: Tensor, lengths: list[int], width: int,
+                 no_repeat_ngram_size: int) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``state.step()`` with its logits (sentences * width, vocab) restricted (``_restrict``)
+    and, when asked, the repeated n-grams of each row's current prefix blocked."""
+    logits, log_norm, step_attention = state.step()
+    _restrict(logits.view(max_len.size(0), width, -1), max_len <= state.steps,
+              min(lengths) <= state.steps)
+    if no_repeat_ngram_size:
+        block_repeated_ngrams(logits, state.tokens[:, 1:], no_repeat_ngram_size)
+    return logits, log_norm, step_attention
+
+
 @torch.inference_mode()
 def greedy_search(
     model: Seq2SeqTransformer,
@@ -73,10 +105,12 @@ def greedy_search(
     use_cache: bool = True,
     need_attention: bool = False,
     length_penalty: float = 1.0,
+    no_repeat_ngram_size: int = 0,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, for each row of ``src`` (batch, src_len).
 
     ``length_penalty`` only affects the reported ``score`` (for comparison with beam search).
+    ``no_repeat_ngram_size``: see the module doc (0: off).
     """
     max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (rows,)
     lengths = max_len.tolist()  # the one read of the limits; min(lengths) follows departures
@@ -85,8 +119,8 @@ def greedy_search(
     log_prob = torch.zeros(src.size(0), device=src.device)  # (rows,)
     results: list[Hypothesis | None] = [None] * src.size(0)
     while True:
-        logits, log_norm, step_attention = state.step()  # (rows, vocab), (rows, 1)
-        _restrict(logits[:, None], max_len <= state.steps, min(lengths) <= state.steps)
+        logits, log_norm, step_attention = _step_logits(state, max_len, lengths, 1,
+                                                        no_repeat_ngram_size)  # (rows, vocab)
         best_logit, best = logits.max(dim=-1)  # (rows,)
         log_prob += best_logit - log_norm.squeeze(1)
         ended = best == EOS_ID
@@ -202,6 +236,7 @@ def beam_search(
     nbest: int = 1,
     use_cache: bool = True,
     need_attention: bool = False,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best of ``beam`` hypotheses per row of ``src`` (batch, src_len).
 
@@ -222,9 +257,9 @@ def beam_search(
     scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): 1 at first, then beam
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while True:
-        n, width = scores.shape
-        logits, log_norm, step_attention = state.step()  # (n * width, vocab), (n * width, 1)
-        _restrict(logits.view(n, width, -1), max_len <= state.steps, min(lengths) <= state.steps)
+        width = scores.size(1)  # logits (n * width, vocab), log_norm (n * width, 1)
+        logits, log_norm, step_attention = _step_logits(state, max_len, lengths, width,
+                                                        no_repeat_ngram_size)
         best = _best_extensions(logits, log_norm, scores, beam)
         is_eos = best.token == EOS_ID
         ending = _ending(best, is_eos, ended_count, beam)
@@ -285,10 +320,12 @@ def translate_ids(
                 if beam == 1:
                     found = [[h] for h in greedy_search(
                         model, src, cfg.max_len_a, cfg.max_len_b, need_attention=need_attention,
-                        length_penalty=cfg.length_penalty)]
+                        length_penalty=cfg.length_penalty,
+                        no_repeat_ngram_size=cfg.no_repeat_ngram_size)]
                 else:
                     found = beam_search(model, src, beam, cfg.max_len_a, cfg.max_len_b,
-                                        cfg.length_penalty, nbest, need_attention=need_attention)
+                                        cfg.length_penalty, nbest, need_attention=need_attention,
+                                        no_repeat_ngram_size=cfg.no_repeat_ngram_size)
                 for i, hyps in zip(chunk, found, strict=True):
                     for h in hyps:
                         if h.attention is not None:

@@ -13,12 +13,20 @@ from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.test_search import A, B, _model, _padded, _sources
 
 
+def _repeat_completions(tokens: list[int], n: int) -> set[int]:
+    """The ids that would complete an ``n``-gram already in ``tokens`` (none when n is 0)."""
+    ngrams = {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)} if n else set()
+    return {g[-1] for g in ngrams if list(g[:-1]) == tokens[len(tokens) - n + 1 :]}
+
+
 @torch.no_grad()
-def _plain_beam_search(model, source: list[int], beam: int, penalty: float):
+def _plain_beam_search(model, source: list[int], beam: int, penalty: float,
+                       no_repeat: int = 0):
     """One sentence, no cache, Python lists: the conventions of ``search`` written plainly.
 
     Each step ranks the 2 * beam best extensions of all beams; EOS among the best ``beam``
     ends a hypothesis (while fewer than ``beam`` have ended), the best ``beam`` others go on.
+    With ``no_repeat`` n, each beam's repeat completions (see above) are forbidden.
     """
     src = torch.tensor([source])
     memory, mask = model.encode(src)
@@ -32,6 +40,8 @@ def _plain_beam_search(model, source: list[int], beam: int, penalty: float):
         log_probs[:, [PAD_ID, BOS_ID]] = -torch.inf
         if step >= max_len:
             log_probs[:, torch.arange(log_probs.size(1)) != EOS_ID] = -torch.inf
+        for row, (tokens, _) in zip(log_probs, beams, strict=True):
+            row[sorted(_repeat_completions(tokens, no_repeat))] = -torch.inf
         table = log_probs.tolist()  # (beams, vocab)
         candidates = sorted(((lp + row[t], tokens + [t])
                              for row, (tokens, lp) in zip(table, beams, strict=True)

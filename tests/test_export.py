@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import SMALL, assert_one_line_error, run_cli, train
 
+from tests.test_no_repeat_ngram import repeats_an_ngram
+
 pytest.importorskip("ctranslate2")
 
 
@@ -114,3 +116,23 @@ def test_post_norm_and_separate_vocabularies_export_too(data_dir, tmp_path):
     ours, _ = _hypotheses(run, data_dir, "--beam", "1")
     theirs, _ = _hypotheses(run, data_dir, "--beam", "1", "--engine", "ctranslate2")
     assert len({h for h in ours if h.strip()}) > 5 and theirs == ours
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_exported_engine_blocks_repeated_ngrams_too(run, data_dir, beam):
+    """decode.no_repeat_ngram_size reaches CTranslate2: with 2, no output repeats a pair of
+    subword ids, where without it some do; greedy output stays attncli's."""
+    from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+
+    lines = (data_dir / "multi30k" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["en"] for line in lines]
+    found = {}
+    for engine in ("torch", "ctranslate2"):
+        for n in (0, 2):
+            trained = load_for_decoding(run, "cpu", "best", engine, no_repeat_ngram=n)
+            src = encode_sources(trained.tokenizer, texts, trained.config.model.max_positions)
+            found[engine, n] = [h[0].tokens for h in decode_ids(trained, src, beam, 1)]
+    assert any(repeats_an_ngram(tokens, 2) for tokens in found["ctranslate2", 0])
+    assert not any(repeats_an_ngram(tokens, 2) for tokens in found["ctranslate2", 2])
+    if beam == 1:
+        assert found["ctranslate2", 2] == found["torch", 2] != found["torch", 0]

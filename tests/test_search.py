@@ -136,7 +136,8 @@ def test_attention_rows_sum_to_one_and_padding_gets_none(model, beam):
 
 def test_translate_ids_sorts_batches_returns_input_order_and_trims_attention(model):
     sources = _sources()
-    cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=2, length_penalty=1.0)
+    cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=2, length_penalty=1.0,
+                       no_repeat_ngram_size=0)
     found = translate_ids(model, sources, cfg, beam=3, nbest=2, device="cpu",
                           need_attention=True)
     for source, hyps in zip(sources, found, strict=True):
