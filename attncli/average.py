@@ -1,35 +1,40 @@
-"""`attncli average`: the element-wise mean of a run's newest step folders, as a checkpoint.
+"""Averaged checkpoints: the element-wise mean of a run's newest step folders.
 
-The result is `checkpoints/averaged/`, a weights-only checkpoint in the step folders' format
-(see `checkpoint.py`), written like them through a temp folder renamed when complete.
+`attncli average` writes one on request; training writes one when it ends, if
+`train.average_last` asks and the mean validates better than the best checkpoint
+(`training/averaging.py`). Either way the result is `checkpoints/averaged/`, a weights-only
+checkpoint in the step folders' format (see `checkpoint.py`), written like them through a temp
+folder renamed when complete.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
 from attncli.atomic import atomic_write_json, remove_folder, remove_temp_entries, staged_folder
-from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE
+from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE, read_state
 from attncli.checkpoint_state import read_tensors
 from attncli.errors import AttncliError
 from attncli.runs import RunPaths, open_run
 
 
-def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
-    """Write `checkpoints/averaged/`: the element-wise mean of the newest `last` step folders.
+def newest_steps(paths: RunPaths, last: int) -> list[int]:
+    """The steps of the newest `last` step folders up to `last` (fewer when fewer exist)."""
+    newest = paths.pointed_steps().get("last")
+    return [s for s in paths.step_dirs() if newest is not None and s <= newest][-last:]
+
+
+def mean_weights(paths: RunPaths, steps: list[int]) -> tuple[dict[str, torch.Tensor], str]:
+    """The element-wise mean (summed in float64) of the step folders' weights, and their
+    model fingerprint; folders of different model configs are refused.
 
     Averaging the weights of the last few checkpoints smooths the noise of the final updates
-    (Vaswani et al. 2017 averaged the last 5 or 20); the result is a weights-only checkpoint for
-    `eval` and `translate`, not a state to resume from.
+    (Vaswani et al. 2017 averaged the last 5 or 20).
     """
-    newest = paths.pointed_steps().get("last")
-    steps = [s for s in paths.step_dirs() if newest is not None and s <= newest][-last:]
-    if len(steps) < last:
-        raise AttncliError(f"{paths.root}: --last {last} needs {last} step folders, the run has "
-                           f"{len(steps)} (train.keep_checkpoints sets how many are kept)")
     total: dict[str, torch.Tensor] = {}
     fingerprints = set()
     for step in steps:
@@ -40,20 +45,71 @@ def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
     if len(fingerprints) != 1:
         raise AttncliError(f"{paths.root}: step folders {steps} hold different model configs")
     mean = {name: (t / len(steps)).float().contiguous() for name, t in total.items()}
-    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed average left
-    meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprints.pop(),
+    return mean, fingerprints.pop()
+
+
+def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[int],
+                   fingerprint: str, record: dict[str, Any] | None = None) -> Path:
+    """Replace `checkpoints/averaged/` with `mean`; `record` (its validation scores) goes to its
+    state.json beside the averaged steps."""
+    meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprint,
             "averaged_steps": ",".join(map(str, steps))}
-    if paths.averaged.exists():
-        remove_folder(paths.averaged)
+    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed write left
     with staged_folder(paths.averaged) as folder:
         save_file(mean, folder / MODEL_FILE, metadata=meta)
         atomic_write_json(folder / STATE_FILE, {"format": FORMAT, "averaged_steps": steps,
-                                                "model_fingerprint": meta["model_fingerprint"]})
-    return paths.averaged, steps
+                                                "model_fingerprint": fingerprint,
+                                                **(record or {})})
+        if paths.averaged.exists():  # the old one goes last: a kill leaves it, the new or none
+            remove_folder(paths.averaged)
+    return paths.averaged
+
+
+def averaged_facts(folder: Path) -> dict[str, Any]:
+    """What an averaged checkpoint folder records: its steps and, when training wrote it, its
+    validation scores and the best checkpoint's; {} for any other folder."""
+    if folder.name != "averaged" or not (folder / STATE_FILE).is_file():
+        return {}
+    state = read_state(folder)
+    keys = ("averaged_steps", "val_bleu", "best_step", "best_val_bleu")
+    return {key: state[key] for key in keys if key in state}
+
+
+def describe(folder: Path) -> str:
+    """A checkpoint folder's name, with what an averaged one is the mean of and how it
+    validated: 'averaged (mean of steps 4, 6; greedy val BLEU 12.00, best 10.00)'."""
+    facts = averaged_facts(folder)
+    if "averaged_steps" not in facts:
+        return folder.name
+    said = f"mean of steps {', '.join(map(str, facts['averaged_steps']))}"
+    if "val_bleu" in facts:
+        said += f"; greedy val BLEU {facts['val_bleu']:.2f}, best {facts['best_val_bleu']:.2f}"
+    return f"{folder.name} ({said})"
+
+
+def remove_averaged(paths: RunPaths) -> bool:
+    """Remove `checkpoints/averaged/` (and what a killed write of it left); True if there was
+    one."""
+    remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")
+    if not paths.averaged.exists():
+        return False
+    remove_folder(paths.averaged)
+    return True
+
+
+def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
+    """Write `checkpoints/averaged/`: the element-wise mean of the newest `last` step folders,
+    a weights-only checkpoint for `eval` and `translate`, not a state to resume from."""
+    steps = newest_steps(paths, last)
+    if len(steps) < last:
+        raise AttncliError(f"{paths.root}: --last {last} needs {last} step folders, the run has "
+                           f"{len(steps)} (train.keep_checkpoints sets how many are kept)")
+    mean, fingerprint = mean_weights(paths, steps)
+    return write_averaged(paths, mean, steps, fingerprint), steps
 
 
 def average_command(run_dir: Path, last: int) -> None:
     """`attncli average`: write checkpoints/averaged/ and say which steps went into it."""
     folder, steps = average_checkpoints(open_run(run_dir), last)
-    print(f"wrote {folder} (mean of steps {', '.join(map(str, steps))}); use it with "
-          f"`attncli eval {run_dir} --checkpoint averaged`")
+    print(f"wrote {folder} (mean of steps {', '.join(map(str, steps))}); `attncli eval "
+          f"{run_dir}` and `translate` now use it by default (--checkpoint best for the best)")

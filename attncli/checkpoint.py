@@ -6,7 +6,8 @@
         optimizer.safetensors  AdamW's tensors; metadata: step
         state.json             step, epoch, data position, schedule, RNG, optimizer scalars
       pointers.json            {"last": "step-2000", "best": "step-1500"}
-      averaged/                the mean of the last N step folders (`average.py`)
+      averaged/                the mean of the last N step folders (`average.py`; written
+                               when training ends if it validates better, see train.average_last)
 
 A save writes a temp folder, fsyncs its files and itself, renames it to `step-<N>`, and only
 then replaces pointers.json (one atomic rename). A kill at any moment leaves pointers that name
@@ -151,7 +152,9 @@ def checkpoint_names(paths: RunPaths) -> list[str]:
 
 
 def checkpoint_dir(paths: RunPaths, name: str) -> Path:
-    """The folder `name` means: 'last', 'best' (falls back to last), 'averaged' or 'step-N'."""
+    """The folder `name` means: 'auto' (the default of eval, translate and export: averaged
+    when the run has one, else best), 'last', 'best' (falls back to last), 'averaged' or
+    'step-N'."""
     pointers = paths.read_pointers()
     if not pointers and (paths.checkpoints / "last.safetensors").is_file():
         raise AttncliError(f"{paths.root}: checkpoints in attncli 0.1's layout "
@@ -159,6 +162,8 @@ def checkpoint_dir(paths: RunPaths, name: str) -> Path:
                            "run again, or use attncli 0.1 for it")
     if not pointers:
         raise AttncliError(f"{paths.root}: no checkpoint yet")
+    if name == "auto":
+        name = "averaged" if paths.averaged.is_dir() else "best"
     if name in ("last", "best"):
         return paths.checkpoints / pointers.get(name, pointers["last"])
     folder = paths.averaged if name == "averaged" else paths.checkpoints / name

@@ -7,7 +7,9 @@ Where a name is looked up, in order:
 3. ``./data/<name>``;
 4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``, ``wmt14`` ``wmt/wmt14``;
    ``owner/name`` is passed through), with ``data.subset`` as the Hub's configuration name
-   (``de-en``). A Hub download is saved as JSON Lines under ``./data/<name>[/<subset>]`` so the
+   (``de-en``). ``tatoeba-en-zh`` means ``Helsinki-NLP/tatoeba_mt``, whose columns and splits
+   differ from attncli's: ``HUB_LAYOUTS`` says how they map, in one place. A Hub download is
+   saved as JSON Lines under ``./data/<name>[/<subset>]`` so the
    next run works offline; it is written to a temp folder and renamed only once every split is
    complete, so an interrupted download never passes for a data set.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,37 @@ from attncli.errors import AttncliError
 
 HUB_ALIASES = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16",
                "iwslt2017": "IWSLT/iwslt2017", "opus_books": "Helsinki-NLP/opus_books"}
+
+
+@dataclass(frozen=True)
+class HubLayout:
+    """A Hub data set whose columns and splits are not attncli's, and how they become attncli's
+    (the copy saved under ./data is then in the local layout, like a local folder's)."""
+
+    hub_id: str
+    config: str            # the Hub's configuration (read from the folder of that name)
+    revision: str          # the branch that holds plain data files
+    columns: dict[str, str]  # Hub column -> language key; the first one splits val from train
+    train: str             # the Hub split whose pairs become train and val
+    test: str              # the Hub split kept whole as test
+    val_sentences: int     # distinct source sentences whose pairs make the val split
+
+    @property
+    def label(self) -> str:
+        return f"{self.hub_id} ({self.config})"
+
+
+# Names whose Hub copy needs a `HubLayout` (with data.subset unset).
+HUB_LAYOUTS = {
+    # Tatoeba's English-Mandarin pairs in simplified script, as the Tatoeba Translation Challenge
+    # (v2021-08-07) publishes them: a validation (dev) and a test split, no train split. The
+    # repository's main branch is a loading script, which `datasets` 4 and later refuse to run;
+    # its Parquet export (revision refs/convert/parquet) holds the same rows as plain files.
+    "tatoeba-en-zh": HubLayout(
+        "Helsinki-NLP/tatoeba_mt", "eng-cmn_Hans", "refs/convert/parquet",
+        columns={"sourceString": "en", "targetString": "zh"},
+        train="validation", test="test", val_sentences=1000),
+}
 SPLIT_NAMES = {
     "train": ("train",),
     "val": ("val", "valid", "validation", "dev"),
@@ -112,13 +146,15 @@ def check_training_sources(cfg: DataConfig) -> None:
 
 
 def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path:
-    hub_id = HUB_ALIASES.get(name, name if "/" in name else None)
+    layout = HUB_LAYOUTS.get(name) if subset is None else None
+    hub_id = layout.hub_id if layout else HUB_ALIASES.get(name, name if "/" in name else None)
     advice = (f"put {name}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "
               f"ATTNCLI_DATA_DIR to it")
     if hub_id is None:
         raise AttncliError(f"data set {name!r} not found (looked in {', '.join(looked)}); "
                            f"{advice}, or name a Hub data set as owner/name")
-    label = f"{hub_id} ({subset})" if subset else hub_id
+    label = layout.label if layout else f"{hub_id} ({subset})" if subset else hub_id
+    advice = f"run once where the Hugging Face Hub is reachable (the copy is kept), or {advice}"
     target = Path("data") / name.replace("/", "__") / (subset or "")
     if target.is_dir() and not any(target.iterdir()):
         target.rmdir()
@@ -126,7 +162,7 @@ def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path
         raise AttncliError(f"{target} exists but holds no data set (no train/val/test file); "
                            f"remove it to download {label} again")
     try:
-        _save_hub_copy(hub_id, subset, target)
+        _save_hub_copy(hub_id, subset, target, layout)
     except Exception as err:  # network, auth, missing repo or subset: all end the same way
         reason = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         raise AttncliError(f"data set {name!r} not found locally (looked in {', '.join(looked)}) "
@@ -135,17 +171,50 @@ def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path
     return target
 
 
-def _save_hub_copy(hub_id: str, subset: str | None, target: Path) -> None:
+def _save_hub_copy(hub_id: str, subset: str | None, target: Path,
+                   layout: HubLayout | None = None) -> None:
     """Download every split as JSON Lines into a temp folder that becomes `target` when done."""
     import datasets
     import huggingface_hub
 
     huggingface_hub.utils.logging.set_verbosity_error()  # no retry chatter: one error line
-    remote = datasets.load_dataset(hub_id, subset)
+    if layout is None:
+        splits = dict(datasets.load_dataset(hub_id, subset).items())
+    else:
+        splits = _arranged(datasets.load_dataset(hub_id, data_dir=layout.config,
+                                                 revision=layout.revision), layout)
     with staged_folder(target) as folder:
-        for split, ds in remote.items():
+        for split, ds in splits.items():
             canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
             ds.to_json(str(folder / f"{canonical}.jsonl"), force_ascii=False)
+
+
+def _arranged(remote, layout: HubLayout) -> dict:
+    """train, val and test in attncli's layout from the splits of a `HubLayout`'s data set.
+
+    test is the Hub's test split, whole, so that scores compare with others' on it. val is
+    every pair of the `val_sentences` source sentences whose SHA-256 sorts first (a choice that
+    depends on the sentences, not on their order or on a random state), train the other pairs;
+    a pair whose source sentence is in test leaves both, so no source sentence (all of its
+    translations) is in two splits.
+    """
+    for split in (layout.train, layout.test):
+        if split not in remote:
+            raise ValueError(f"no {split!r} split (it has: {', '.join(remote)})")
+        if missing := [c for c in layout.columns if c not in remote[split].column_names]:
+            raise ValueError(f"its {split} split has no column {missing[0]!r} (it has: "
+                             f"{', '.join(remote[split].column_names)})")
+    pool, test = (remote[split].select_columns(list(layout.columns))
+                  .rename_columns(layout.columns) for split in (layout.train, layout.test))
+    src = next(iter(layout.columns.values()))
+    held_out = {s.strip() for s in test[src]}
+    sentences = [s.strip() for s in pool[src]]
+    fresh = sorted({s for s in sentences if s not in held_out},
+                   key=lambda s: hashlib.sha256(s.encode("utf-8")).digest())
+    val = set(fresh[:layout.val_sentences])
+    val_rows = [i for i, s in enumerate(sentences) if s in val]
+    train_rows = [i for i, s in enumerate(sentences) if s not in val and s not in held_out]
+    return {"train": pool.select(train_rows), "val": pool.select(val_rows), "test": test}
 
 
 def _check_utf8(path: Path) -> None:

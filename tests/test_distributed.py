@@ -16,7 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SMALL, assert_one_line_error, losses, pointers, resume, train, train_args
+from helpers import (
+    REPO,
+    SMALL,
+    assert_one_line_error,
+    losses,
+    metrics,
+    pointers,
+    resume,
+    train,
+    train_args,
+)
 
 from attncli.errors import PEER_FAILED_EXIT
 
@@ -139,6 +149,17 @@ def test_a_killed_rank_ends_the_job_with_one_line(data_dir, tmp_path):
     assert process.returncode == 1, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "rank 1 of 2 was killed by SIGKILL" in lines[0], err
+
+
+def test_two_processes_average_the_last_saves_once(data_dir, tmp_path):
+    """train.average_last under two processes: rank 0 alone averages, scores and writes."""
+    out = _two_processes(data_dir, tmp_path, "avg", ["train.max_steps=4", "train.save_every=2",
+                                                     "train.average_last=2"])
+    assert out.count("averaged steps 2, 4: greedy val BLEU") == 1
+    (event,) = [r for r in metrics(tmp_path / "avg") if r["event"] == "averaged"]
+    checkpoints = tmp_path / "avg" / "checkpoints"
+    assert (checkpoints / "averaged").is_dir() == event["kept"]
+    assert not list(checkpoints.glob(".tmp-*"))
 
 
 def test_accum_steps_must_split_between_the_processes(data_dir, tmp_path):
