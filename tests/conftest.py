@@ -78,3 +78,17 @@ def data_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
     write_toy_corpus(root / "multi30k", {"train": 400, "val": 40, "test": 40})
     return root
+
+
+@pytest.fixture(scope="session")
+def served_run(tmp_path_factory, data_dir) -> Path:
+    """A tiny trained run with two layers on each side and two heads (so a page can switch
+    layers and heads), shared by the `attncli serve` tests."""
+    from helpers import SMALL, train
+
+    root = tmp_path_factory.mktemp("served")
+    result = train(data_dir, root, SMALL, "--name", "tiny",
+                   sets=["model.enc_layers=2", "model.dec_layers=2", "train.max_steps=40",
+                         "train.lr=0.005", "train.eval_every=40"])
+    assert result.returncode == 0, result.stderr
+    return root / "tiny"

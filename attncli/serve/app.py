@@ -1,0 +1,251 @@
+"""The ASGI app: routes, the origin and key checks, and every error as ``{"error": "one line"}``.
+
+    GET  /               the page (static/index.html; /static/* its CSS and JS)
+    POST /translate      LibreTranslate's shape          GET /languages   LibreTranslate's shape
+    POST /v1/translate   attncli's own, with attention   GET /v1/model    the run, how it is served
+    GET  /health         liveness and the queue
+
+A handler parses and checks the request (`requests.py`), queues it (`batcher.py`) and waits,
+without blocking the event loop, for its batch to be decoded (`translator.py`). A request the
+server will not serve gets a 4xx (or a 503 with Retry-After when the queue is full or the wait
+too long) and leaves one line in the log, the access log's: never a traceback, and the server
+goes on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from attncli.serve.batcher import Batcher, QueueFull
+from attncli.serve.requests import (
+    Limits,
+    RequestError,
+    TranslateRequest,
+    libretranslate_request,
+    native_request,
+    parse_body,
+)
+from attncli.serve.translator import LANGUAGE_NAMES, Settings, Translation, Translator, Work
+
+STATIC = Path(__file__).parent / "static"
+# The page runs its own script and style only, and talks to this server only.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+log = logging.getLogger("uvicorn.error")
+
+
+@dataclass
+class ServeOptions:
+    """What the serve command decides about requests (its flags)."""
+
+    limits: Limits = field(default_factory=Limits)
+    api_key: str | None = None
+    cors_origins: list[str] = field(default_factory=list)
+    timeout: float = 30.0  # seconds a request may wait for its translation
+
+
+def _error(err: RequestError) -> JSONResponse:
+    headers = {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
+    return JSONResponse({"error": err.message}, err.status, headers=headers)
+
+
+Handler = Callable[[Any, Request], Awaitable[Response]]
+
+
+def _answers_in_json(handler: Handler) -> Handler:
+    """Errors become JSON: a RequestError its status, anything else one log line and a 500."""
+
+    @functools.wraps(handler)
+    async def handle(self: Any, request: Request) -> Response:
+        try:
+            return await handler(self, request)
+        except RequestError as err:
+            return _error(err)
+        except Exception as err:  # a bug: one line, no traceback, and the server goes on
+            log.error("%s %s: %s: %s", request.method, request.url.path, type(err).__name__, err)
+            return JSONResponse({"error": f"internal error ({type(err).__name__})"}, 500)
+
+    return handle
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 past `limit` bytes (before reading it when it says so)."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise RequestError(413, f"the body is over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class OriginGuard:
+    """Refuses requests from pages of other origins (403) unless --cors-origin names them.
+
+    A browser says where a request comes from in ``Origin``; the page's own requests come from
+    this server's origin. Refusing the others, instead of only withholding CORS headers, keeps
+    other sites from spending this server's time, not just from reading its answers.
+    """
+
+    def __init__(self, app, allowed: list[str]):
+        self.app, self.allowed = app, set(allowed)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            origin = headers.get(b"origin", b"").decode("latin-1").lower()
+            own = f"{scope.get('scheme', 'http')}://{headers.get(b'host', b'').decode('latin-1')}"
+            if origin and origin != own.lower() and origin not in self.allowed:
+                await JSONResponse({"error": f"cross-origin request from {origin} refused (the "
+                                             f"server allows it with --cors-origin {origin})"},
+                                   403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Service:
+    """The handlers, around the translator, the batcher and the options they share."""
+
+    def __init__(self, translator: Translator, batcher: Batcher, options: ServeOptions):
+        self.translator, self.batcher, self.options = translator, batcher, options
+        self.limits = options.limits
+
+    def check_key(self, request: Request, fields: dict[str, Any]) -> None:
+        """With --api-key, the key must come as api_key (LibreTranslate's) or a bearer token."""
+        if self.options.api_key is None:
+            return
+        given = fields.get("api_key")
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        if not isinstance(given, str) or not hmac.compare_digest(
+                given.encode("utf-8", "replace"), self.options.api_key.encode("utf-8")):
+            raise RequestError(403, "missing or wrong API key (send api_key, or an "
+                                    "Authorization: Bearer header)")
+
+    async def fields_of(self, request: Request) -> dict[str, Any]:
+        fields = parse_body(await _body(request, self.limits.max_body),
+                            request.headers.get("content-type", ""))
+        self.check_key(request, fields)
+        return fields
+
+    async def translate(self, req: TranslateRequest
+                        ) -> tuple[list[list[int]], list[bool], list[Translation]]:
+        """Queue the request and wait for its batch: sources, which were cut, translations."""
+        if req.attention and not self.translator.attention:
+            raise RequestError(400, "attention: this server runs CTranslate2, which returns no "
+                                    "attention weights (serve with --engine torch for them)")
+        src_ids, cut = self.translator.encode(req.texts)
+        try:
+            future = self.batcher.submit(Settings(req.beam, req.n_best),
+                                         Work(src_ids, req.attention), len(src_ids),
+                                         max(map(len, src_ids)))
+        except QueueFull as err:
+            raise RequestError(503, f"busy: {err}; try again shortly", retry_after=1) from None
+        timeout = self.options.timeout
+        try:
+            found = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except asyncio.TimeoutError:
+            raise RequestError(503, f"not translated within {timeout:g} s; try again later",
+                               retry_after=max(1, round(timeout))) from None
+        return src_ids, cut, found
+
+    @_answers_in_json
+    async def libretranslate(self, request: Request) -> Response:
+        """POST /translate: LibreTranslate's request and answer."""
+        req = libretranslate_request(await self.fields_of(request), self.translator.languages,
+                                     self.translator.beam, self.limits)
+        _, _, found = await self.translate(req)
+        texts = [[self.translator.text(h) for h in t.hypotheses] for t in found]
+        body: dict[str, Any] = {"translatedText": [t[0] for t in texts]}
+        if req.n_best > 1:
+            body["alternatives"] = [t[1:] for t in texts]
+        if req.auto_source:
+            detected = {"confidence": 100.0, "language": self.translator.languages[0]}
+            body["detectedLanguage"] = [detected] * len(texts)
+        return JSONResponse({k: v[0] for k, v in body.items()} if req.single else body)
+
+    @_answers_in_json
+    async def native(self, request: Request) -> Response:
+        """POST /v1/translate: n-best with scores, pieces, attention."""
+        req = native_request(await self.fields_of(request), self.translator.beam, self.limits)
+        src_ids, cut, found = await self.translate(req)
+        sentences = [self.translator.sentence(*parts)
+                     for parts in zip(req.texts, src_ids, cut, found, strict=True)]
+        return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": sentences})
+
+    async def languages(self, request: Request) -> Response:
+        src, tgt = self.translator.languages
+        return JSONResponse([{"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": [tgt]},
+                             {"code": tgt, "name": LANGUAGE_NAMES.get(tgt, tgt), "targets": []}])
+
+    async def model(self, request: Request) -> Response:
+        limits = self.limits
+        return JSONResponse({
+            **self.translator.description, "api_key_required": bool(self.options.api_key),
+            "limits": {"max_texts": limits.max_texts, "max_chars": limits.max_chars,
+                       "max_beam": limits.max_beam, "max_queue": self.batcher.max_queue,
+                       "timeout_s": self.options.timeout}})
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", **self.batcher.stats()})
+
+    async def page(self, request: Request) -> Response:
+        return Response((STATIC / "index.html").read_bytes(), media_type="text/html",
+                        headers=PAGE_HEADERS)
+
+
+async def _not_found(request: Request, exc: HTTPException) -> Response:
+    return JSONResponse({"error": f"{request.method} {request.url.path}: {exc.detail}"},
+                        exc.status_code, headers=exc.headers)
+
+
+def build_app(translator: Translator, batcher: Batcher, options: ServeOptions) -> Starlette:
+    """The app serving `translator` through `batcher`, whose loop runs elsewhere (`Batcher.run`
+    or `Batcher.start`); the app stops it when it shuts down."""
+    service = Service(translator, batcher, options)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        try:
+            yield
+        finally:  # uvicorn has waited for the requests in flight: the queue is empty
+            await asyncio.to_thread(batcher.stop)
+
+    routes = [Route("/", service.page), Route("/health", service.health),
+              Route("/languages", service.languages), Route("/v1/model", service.model),
+              Route("/translate", service.libretranslate, methods=["POST"]),
+              Route("/v1/translate", service.native, methods=["POST"]),
+              Mount("/static", StaticFiles(directory=STATIC), name="static")]
+    origins = [origin.rstrip("/").lower() for origin in options.cors_origins]
+    middleware = [Middleware(OriginGuard, allowed=origins),
+                  Middleware(CORSMiddleware, allow_origins=origins,
+                             allow_methods=["GET", "POST"],
+                             allow_headers=["Content-Type", "Authorization"])]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                     exception_handlers={HTTPException: _not_found})

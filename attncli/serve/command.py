@@ -1,0 +1,124 @@
+"""`attncli serve`: load a run once and serve it over HTTP until SIGINT or SIGTERM.
+
+The process binds its socket itself before uvicorn starts, so a port in use is a one-line error
+(exit 2), ``--port 0`` picks a free port, and the line that names the address is printed only
+once connections are taken. On SIGINT or SIGTERM uvicorn stops accepting connections, the
+requests in flight (queued ones included) are answered, the decoding loop ends, and the
+process exits 0. A second SIGINT stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from attncli.errors import AttncliError
+
+INSTALL_HINT = "attncli serve needs Starlette and uvicorn: pip install 'attncli[serve]'"
+
+
+def _check_installed() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise AttncliError(INSTALL_HINT) from None
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: one the system picks)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as err:
+        raise AttncliError(f"--host {host} --port {port}: cannot listen there "
+                           f"({err.strerror or err})") from None
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+
+def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
+    """uvicorn in a thread, decoding in this (the main) thread, until SIGINT or SIGTERM.
+
+    Why decoding keeps the main thread: the model was loaded here, so torch's OpenMP threads
+    belong to this thread. Calls from a second thread make a second team of them, more threads
+    than cores on a small machine, and OpenMP then stops spinning between parallel regions:
+    decoding got three times slower (benchmarks/MEASUREMENTS.md). The signals come here too,
+    and tell uvicorn to stop; uvicorn then finishes the requests in flight, and its shutdown
+    stops the batcher, whose loop returns once the queue is empty.
+    """
+    import uvicorn
+
+    # Requests wait at most `timeout` for their translation; the stop waits a little longer.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on",
+                                           timeout_graceful_shutdown=timeout + 10,
+                                           server_header=False))
+    failed: list[BaseException] = []
+
+    def http() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as err:  # uvicorn exits on a failed start-up: say so below
+            failed.append(err)
+        finally:
+            batcher.stop()
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in handled}
+    thread = threading.Thread(target=http, name="attncli-http")
+    try:
+        thread.start()
+        batcher.run()
+        thread.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failed or not server.started:
+        raise RuntimeError(f"the HTTP server stopped: {failed[0] if failed else 'never started'}")
+
+
+def _check(max_texts: int, max_queue: int) -> None:
+    if max_queue < max_texts:
+        raise AttncliError(f"--max-queue {max_queue} is less than --max-texts {max_texts}: a "
+                           "full request could never be queued")
+
+
+def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path | None,
+                  device: str, host: str, port: int, api_key: str | None,
+                  cors_origins: list[str], max_texts: int, max_chars: int, max_beam: int,
+                  max_queue: int, timeout: float, batch_size: int | None, batch_tokens: int,
+                  batch_wait_ms: float) -> None:
+    """`attncli serve`: see the module doc and `attncli serve --help`."""
+    _check_installed()
+    _check(max_texts, max_queue)
+    from attncli.evaluate import load_for_decoding
+    from attncli.runs import find_latest_run
+    from attncli.serve.app import ServeOptions, build_app
+    from attncli.serve.batcher import Batcher
+    from attncli.serve.requests import Limits
+    from attncli.serve.translator import Translator
+
+    run_dir = run if run is not None else find_latest_run(Path("runs")).root
+    translator = Translator(load_for_decoding(run_dir, device, checkpoint, engine, exported))
+    batcher = Batcher(translator.run_batch, max_queue,
+                      batch_size or translator.config.decode.batch_size, batch_tokens,
+                      batch_wait_ms / 1000)
+    options = ServeOptions(Limits(max_texts, max_chars, max_beam), api_key or None,
+                           list(cors_origins), timeout)
+    sock = _listen(host, port)
+    model = translator.description
+    print(f"serving {run_dir} ({model['checkpoint']}, {model['languages']['source']}->"
+          f"{model['languages']['target']}, {model['engine']} on {model['device']}) at "
+          f"{_url(sock)}  (Ctrl-C stops)", file=sys.stderr, flush=True)
+    _serve(build_app(translator, batcher, options), sock, batcher, timeout)

@@ -1,0 +1,53 @@
+"""Every layer's and head's attention from one teacher-forced pass (`model.attention_maps`):
+the cross-attention the search reports, proper weights everywhere, and a model left as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attncli.config import DecodeConfig, ModelConfig
+from attncli.model import Seq2SeqTransformer
+from attncli.model.attention_maps import attention_maps
+from attncli.search import translate_ids
+from attncli.tokenizer import EOS_ID
+
+VOCAB = 40
+
+
+def _model(scoring: str = "dot") -> Seq2SeqTransformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, heads=4, enc_layers=2, dec_layers=3, ff_dim=64, dropout=0.0,
+                      max_positions=64, tie_embeddings=False, scoring=scoring)
+    return Seq2SeqTransformer(cfg, VOCAB, VOCAB).eval()
+
+
+SOURCES = [[5, 9, 12, 7, 30, EOS_ID], [8, 8, 21, EOS_ID]]
+
+
+@pytest.mark.parametrize("scoring", ["dot", "additive"])
+def test_cross_attention_is_what_the_search_reports(scoring):
+    model = _model(scoring)
+    found = translate_ids(model, SOURCES, DecodeConfig(max_len_a=1.0, max_len_b=4), 1, 1, "cpu",
+                          need_attention=True)
+    for src, (best,) in zip(SOURCES, found, strict=True):
+        maps = attention_maps(model, src, best.tokens)
+        out, length = len(best.tokens) + 1, len(src)
+        assert torch.stack(maps.cross).shape == (3, 4, out, length)
+        assert torch.allclose(torch.stack(maps.cross), best.attention, atol=1e-5)
+        assert torch.stack(maps.encoder).shape == (2, 4, length, length)
+        assert torch.stack(maps.decoder).shape == (3, 4, out, out)
+        for weights in (*maps.encoder, *maps.decoder, *maps.cross):
+            assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+        for weights in maps.decoder:  # no output piece sees the ones after it
+            assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+def test_the_model_is_left_as_it_was():
+    model = _model()
+    src, tgt = torch.tensor([SOURCES[0]]), torch.tensor([[2, 11, 17, 4]])
+    before = model(src, tgt)
+    attention_maps(model, SOURCES[0], [11, 17, 4])
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+    assert torch.equal(model(src, tgt), before)  # the fused path, as before

@@ -1,0 +1,49 @@
+"""SIGTERM while requests are queued and decoding: each accepted request is answered, the
+process exits 0."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+from serving import Server
+
+pytest.importorskip("starlette")
+
+TEXTS = ["The woman paints a small boat in the park.", "A child carries the green tree.",
+         "The worker likes a white bike at the beach.", "A girl holds the big house."] * 4
+REQUESTS = 12
+
+
+def test_sigterm_answers_the_queued_requests_then_exits_0(served_run, tmp_path):
+    # one request a batch, so the later ones queue behind the one decoding
+    server = Server(served_run, "--batch-size", "16", "--max-texts", "16", "--max-beam", "8",
+                    log_path=tmp_path / "server.log")
+    statuses: list[object] = [None] * REQUESTS
+
+    def send(i: int) -> None:
+        try:
+            statuses[i] = server.request("/v1/translate", {"text": TEXTS, "beam": 8}).status
+        except OSError as err:
+            statuses[i] = repr(err)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(REQUESTS)]
+    for thread in threads:
+        thread.start()
+    deadline, health = time.monotonic() + 30, {}
+    while time.monotonic() < deadline:
+        health = server.request("/health").json
+        accepted = health["queued"] + health["decoding"] + health["decoded"]
+        if accepted == REQUESTS * len(TEXTS) and health["queued"] and health["decoding"]:
+            break
+        time.sleep(0.002)
+    else:
+        pytest.fail(f"never saw every request accepted with some queued: {health}")
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(60)
+    assert statuses == [200] * REQUESTS, server.log()
+    assert server.stop() == 0, server.log()
+    assert "Traceback" not in server.log()
