@@ -28,7 +28,8 @@ app = typer.Typer(
 
 DEVICE_OPTION = typer.Option(
     "auto", "--device", help="auto (CUDA when present), cpu, cuda or cuda:N (the N-th GPU).")
-CHECKPOINT_HELP = ("Which checkpoint: best, last, averaged (see `attncli average`) or step-N "
+CHECKPOINT_HELP = ("Which checkpoint: auto (averaged when the run has one, else best), best, "
+                   "last, averaged (see `attncli average` and train.average_last) or step-N "
                    "(one of the run's checkpoints/step-N folders).")
 
 
@@ -40,6 +41,9 @@ class Engine(str, Enum):
 ENGINE_OPTION = typer.Option(
     Engine.torch, "--engine", help="torch: attncli's own decoder; ctranslate2: the run's "
     "CTranslate2 export (see `attncli export`), with the same tokenizer, beam and limits.")
+NO_REPEAT_OPTION = typer.Option(
+    None, "--no-repeat-ngram", min=0, metavar="N", help="No n-gram of N output subwords twice "
+    "in a translation, 0 = off (default: the run's decode.no_repeat_ngram_size).")
 EXPORTED_OPTION = typer.Option(
     None, "--exported", help="The CTranslate2 folder for --engine ctranslate2 (default: "
     "RUN/ctranslate2).")
@@ -138,15 +142,16 @@ def eval_(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
     device: str = DEVICE_OPTION,
-    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
+    no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
     from attncli.evaluate import eval_command
 
     eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint, engine.value,
-                 exported)
+                 exported, no_repeat_ngram)
 
 
 @app.command()
@@ -175,17 +180,59 @@ def translate(
         None, "--head", help="Attention head to show (default: the mean over heads)."
     ),
     device: str = DEVICE_OPTION,
-    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
+    no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
     from attncli.translate import translate_command
 
     translate_command(
         text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
-        attention_png, layer, head, device, checkpoint, engine.value, exported,
+        attention_png, layer, head, device, checkpoint, engine.value, exported, no_repeat_ngram,
     )
+
+
+@app.command()
+def serve(
+    run: Path | None = typer.Argument(
+        None, help="Run folder (default: the newest run under ./runs with a best model)."),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
+    engine: Engine = ENGINE_OPTION,
+    exported: Path | None = EXPORTED_OPTION,
+    device: str = DEVICE_OPTION,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: all)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port (0: a free one)."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="ATTNCLI_API_KEY", help="Require this key (LibreTranslate's "
+        "api_key field or an Authorization: Bearer header)."),
+    cors_origin: list[str] = typer.Option(
+        [], "--cors-origin", help="Allow requests from pages of this origin, e.g. "
+        "https://example.org (repeatable; others are refused)."),
+    max_texts: int = typer.Option(64, "--max-texts", min=1, help="Texts in one request."),
+    max_chars: int = typer.Option(2000, "--max-chars", min=1, help="Characters in one request."),
+    max_beam: int = typer.Option(16, "--max-beam", min=1, help="Largest beam a request may ask."),
+    max_queue: int = typer.Option(
+        256, "--max-queue", min=1, help="Sentences waiting at most; past it, 503 with "
+        "Retry-After."),
+    timeout: float = typer.Option(
+        30.0, "--timeout", min=0.1, help="Seconds a request may wait for its translation (503)."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", min=1, help="Sentences decoded together at most (default: the "
+        "run's decode.batch_size)."),
+    batch_tokens: int = typer.Option(
+        8192, "--batch-tokens", min=1, help="Padded source tokens decoded together at most."),
+    batch_wait: float = typer.Option(
+        10.0, "--batch-wait", min=0.0, help="Milliseconds a request waits for others to join "
+        "its batch."),
+) -> None:
+    """Serve a run over HTTP: LibreTranslate's API, attncli's own with attention, and a page."""
+    from attncli.serve.command import serve_command
+
+    serve_command(run, checkpoint, engine.value, exported, device, host, port, api_key,
+                  cors_origin, max_texts, max_chars, max_beam, max_queue, timeout, batch_size,
+                  batch_tokens, batch_wait)
 
 
 @app.command()
@@ -198,7 +245,7 @@ def export(
     output: Path | None = typer.Option(
         None, "--output", help="The model folder to write (default: RUN/ctranslate2)."),
     force: bool = typer.Option(False, "--force", help="Replace the output folder if it exists."),
-    checkpoint: str = typer.Option("best", "--checkpoint", help=CHECKPOINT_HELP),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli[ct2]`)."""
     from attncli.export import export_command

@@ -8,8 +8,6 @@ e.g. ``configs/x.yaml: model.d_modle: unknown key (did you mean model.d_model?)`
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -137,6 +135,8 @@ class TrainConfig(_Section):
         None, ge=1, description="Also save a checkpoint every N updates (null: at validations).")
     keep_checkpoints: int = Field(
         3, ge=1, description="Step folders kept: the newest N, plus the best.")
+    average_last: int = Field(0, ge=0, description="At the end, keep the mean of the last N "
+                              "saves as `averaged` if it validates better than best (0: off).")
     max_nonfinite_updates: int = Field(
         5, ge=1, description="Stop after N non-finite updates in a row (each one is skipped).")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many updates.")
@@ -151,6 +151,10 @@ class TrainConfig(_Section):
     betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW betas.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="Label smoothing of the loss.")
+    subword_alpha: float = Field(
+        0.0, ge=0, le=1, description="Subword regularization: training batches re-segmented by "
+                                     "sampling, P(segmentation)^alpha (0 = off; unigram only).")
+    subword_nbest: int = Field(16, ge=2, description="Segmentations drawn from (the n best).")
     clip_norm: float | None = Field(1.0, gt=0, description="Gradient norm clip (null = off).")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto = bf16 autocast where the device supports it, else fp32."
@@ -176,6 +180,13 @@ class TrainConfig(_Section):
             return value
         raise ValueError(f"expected a whole number >= {least} or auto (got {value!r})")
 
+    @model_validator(mode="after")
+    def _averaged_saves_are_kept(self) -> TrainConfig:
+        if self.average_last == 1 or self.average_last > self.keep_checkpoints:
+            raise ValueError(f"train.average_last ({self.average_last}) must be 0 (off) or 2 to "
+                             f"train.keep_checkpoints ({self.keep_checkpoints}), the saves kept")
+        return self
+
 
 class DecodeConfig(_Section):
     beam: int = Field(5, ge=1, description="Beam size (1 = greedy).")
@@ -183,6 +194,7 @@ class DecodeConfig(_Section):
     max_len_a: float = Field(1.5, ge=0, description="Max output length = a * src_len + b.")
     max_len_b: int = Field(10, ge=1, description="Max output length = a * src_len + b.")
     batch_size: int = Field(64, ge=1, description="Sentences decoded together.")
+    no_repeat_ngram_size: int = Field(3, ge=0, description="No output n-gram twice (0: off).")
 
 
 class Config(_Section):
@@ -324,48 +336,6 @@ def save_config(config: Config, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True))
 
 
-# What `train --resume` may change. Every other key is fixed by what the run has on disk: the
-# weights' shapes, the tokenizer, or the data order (the saved position indexes one batch list).
-RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
-    "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
-    "tokenizer": frozenset({"sample_size", "sample_bytes"}),  # the run's own tokenizer is loaded
-    "model": frozenset({"dropout", "attention_dropout", "attention"}),
-    "train": frozenset({
-        "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
-        "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
-        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
-        "workers", "tensorboard"}),
-    "decode": None,  # every key: decoding settings only affect validation BLEU
-}
-_WHY_FIXED = {"data": "it changes the training data and its order",
-              "tokenizer": "it changes the tokenizer the run trained with",
-              "model": "it changes the model the weights belong to",
-              "train": "it changes the data order the saved position points into"}
-
-
-def _may_change_summary() -> str:
-    parts = []
-    for section, keys in RESUME_MAY_CHANGE.items():
-        if keys is None:
-            parts.append(f"{section}.*")
-        elif keys:
-            parts.append(f"{section}.{{{','.join(sorted(keys))}}}")
-    return "; ".join(parts)
-
-
-def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
-    """Refuse (one line naming the key) a change that the saved state cannot honour."""
-    old, new = saved.to_dict(), wanted.to_dict()
-    for section, allowed in RESUME_MAY_CHANGE.items():
-        for key, value in new[section].items():
-            if value == old[section].get(key) or allowed is None or key in allowed:
-                continue
-            raise AttncliError(
-                f"--resume {run}: {section}.{key} cannot change when resuming "
-                f"({old[section].get(key)!r} -> {value!r}): {_WHY_FIXED[section]}; start a new "
-                f"run for that. May change: {_may_change_summary()}")
-
-
 def check_process_shares(train: TrainConfig, processes: int) -> None:
     """An update's batches must split evenly between the training processes, so the tokens per
     update stay what the config says whatever their number."""
@@ -376,10 +346,3 @@ def check_process_shares(train: TrainConfig, processes: int) -> None:
             f"accum_steps must be a multiple of {processes} (e.g. --set train.accum_steps="
             f"{processes * (train.accum_steps // processes + 1)}, and divide train.batch_tokens "
             f"by the same factor to keep the tokens per update)")
-
-
-def model_fingerprint(model: ModelConfig) -> str:
-    """A short hash of what shapes the weights (keys that --resume may change are left out)."""
-    free = RESUME_MAY_CHANGE["model"] or frozenset()
-    shape = {k: v for k, v in model.model_dump(mode="json").items() if k not in free}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from attncli.atomic import atomic_write_json, atomic_write_text
+from attncli.average import averaged_facts, describe
 from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
@@ -115,16 +116,26 @@ ENGINES = ("torch", "ctranslate2")
 
 
 def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str = "torch",
-                      exported: Path | None = None) -> TrainedModel:
+                      exported: Path | None = None,
+                      no_repeat_ngram: int | None = None) -> TrainedModel:
     """The run, ready to translate with attncli's own decoder (`torch`) or with its
-    CTranslate2 export (`ctranslate2`, from `exported` or the run's `ctranslate2/` folder)."""
+    CTranslate2 export (`ctranslate2`, from `exported` or the run's `ctranslate2/` folder).
+
+    ``no_repeat_ngram`` (``--no-repeat-ngram``) replaces the run's
+    ``decode.no_repeat_ngram_size`` before either engine reads its decode settings."""
     if engine == "torch":
-        return load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
+        trained = load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
+    elif device not in ("auto", "cpu"):
+        raise AttncliError(f"--device {device}: attncli runs CTranslate2 on the CPU only")
+    else:
+        trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint,
+                                     weights=False)
+    if no_repeat_ngram is not None:
+        trained.config.decode.no_repeat_ngram_size = no_repeat_ngram
+    if engine == "torch":
+        return trained
     from attncli.export import open_engine
 
-    if device not in ("auto", "cpu"):
-        raise AttncliError(f"--device {device}: attncli runs CTranslate2 on the CPU only")
-    trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint, weights=False)
     trained.engine = open_engine(trained.paths.root, exported, trained.tokenizer,
                                  trained.config.decode)
     trained.checkpoint = Path(trained.engine.metadata["checkpoint"])
@@ -166,8 +177,8 @@ def evaluate_split(
     """Translate ``texts_src`` with the run's decode settings and precision and score against
     ``texts_ref``.
 
-    Returns the scores (see ``corpus_scores``) plus beam, sentences, seconds, sentences_per_s,
-    and ``hypotheses``: the detokenized best translations in input order.
+    Returns the scores (see ``corpus_scores``) plus beam, no_repeat_ngram_size, sentences,
+    seconds, sentences_per_s, and ``hypotheses``: the detokenized best translations in input order.
     """
     cfg = trained.config
     start = time.perf_counter()
@@ -178,6 +189,7 @@ def evaluate_split(
     return {
         **corpus_scores(hyps, texts_ref, cfg.data.tgt),
         "beam": beam,
+        "no_repeat_ngram_size": cfg.decode.no_repeat_ngram_size,
         "sentences": len(hyps),
         "seconds": round(seconds, 3),
         "sentences_per_s": round(len(hyps) / seconds, 2) if seconds > 0 else None,
@@ -185,9 +197,21 @@ def evaluate_split(
     }
 
 
+def _averaged(trained: TrainedModel) -> dict[str, Any]:
+    """{"averaged": its steps and validation scores} when the checkpoint is an averaged one
+    (see `average.averaged_facts`), so the report says what was scored."""
+    facts = averaged_facts(trained.checkpoint) if trained.engine is None else {}
+    return {"averaged": facts} if facts else {}
+
+
+def _blocking(cfg: DecodeConfig) -> str:
+    """How a title names the n-gram blocking, when it is on."""
+    return f", no repeated {n}-grams" if (n := cfg.no_repeat_ngram_size) else ""
+
+
 def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
-                 device: str, checkpoint: str = "best", engine: str = "torch",
-                 exported: Path | None = None) -> None:
+                 device: str, checkpoint: str = "auto", engine: str = "torch",
+                 exported: Path | None = None, no_repeat_ngram: int | None = None) -> None:
     """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json."""
     from rich.console import Console
     from rich.progress import Progress
@@ -195,7 +219,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     from attncli.data import load_split
 
-    trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported)
+    trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported,
+                                no_repeat_ngram)
     config = trained.config
     data_cfg = config.data.model_copy(update={split: data}) if data else config.data
     parallel = load_split(data_cfg, split)
@@ -217,7 +242,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     hyps = result.pop("hypotheses")
     report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
-              "split": split, "engine": engine, "precision": decode_precision(trained), **result}
+              "split": split, "engine": engine, "precision": decode_precision(trained), **result,
+              **_averaged(trained)}
     paths = trained.paths
     atomic_write_text(paths.eval_dir / f"{split}.hyp.txt", "".join(f"{h}\n" for h in hyps))
     atomic_write_json(paths.eval_dir / f"{split}.json", report)
@@ -225,8 +251,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     if json_out:
         print(json.dumps(report, ensure_ascii=False))
         return
-    table = Table(title=f"{Path(run_dir).name} ({trained.checkpoint.name}): {parallel.name} "
-                        f"{split}, beam {beam}")
+    table = Table(title=f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {parallel.name} "
+                        f"{split}, beam {beam}" + _blocking(config.decode))
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("BLEU", f"{report['bleu']:.2f}")

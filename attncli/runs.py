@@ -6,7 +6,8 @@
       checkpoints/step-<N>/        one folder per save (see checkpoint.py): model.safetensors,
                                    optimizer.safetensors, state.json
       checkpoints/pointers.json    {"last": "step-<N>", "best": "step-<M>"}, replaced atomically
-      checkpoints/averaged/        the mean of the last step folders (`attncli average`)
+      checkpoints/averaged/        the mean of the last step folders (`attncli average`, or
+                                   train.average_last when training ends)
       metrics.jsonl                one JSON object per log or validation event
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from attncli.atomic import atomic_write_text
-from attncli.config import Config, check_resume_changes, load_config
+from attncli.config import Config, load_config
 from attncli.errors import AttncliError
+from attncli.resume_rules import check_resume_changes
 
 STEP_FOLDER = re.compile(r"step-(\d+)")
 

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from attncli.checkpoint import checkpoint_dir, load_weights
-from attncli.config import Config, load_config, model_fingerprint
+from attncli.config import Config, load_config
 from attncli.model.build import build_model
+from attncli.resume_rules import model_fingerprint
 from attncli.runs import RunPaths, open_run
 from attncli.tokenizer import Tokenizer, load_tokenizer
 
@@ -34,7 +35,7 @@ class TrainedModel:
         self.engine = engine
 
 
-def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "best",
+def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "auto",
                        weights: bool = True) -> TrainedModel:
     """Open a run folder and load its tokenizer and (unless `weights` is False) the named
     checkpoint's weights."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from attncli.average import describe
 from attncli.errors import AttncliError
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 from attncli.plots import attention_table, plot_attention
@@ -189,9 +190,10 @@ def translate_command(
     layer: int,
     head: int | None,
     device: str,
-    checkpoint: str = "best",
+    checkpoint: str = "auto",
     engine: str = "torch",
     exported: Path | None = None,
+    no_repeat_ngram: int | None = None,
 ) -> None:
     """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
     if engine != "torch" and (show_attention or attention_png):
@@ -200,7 +202,10 @@ def translate_command(
     with contextlib.ExitStack() as stack:
         inputs, chunk_size = _open_inputs(texts, input_file, stack)
         run_dir = run if run is not None else find_latest_run(Path("runs")).root
-        trained = load_for_decoding(run_dir, device, checkpoint, engine, exported)
+        trained = load_for_decoding(run_dir, device, checkpoint, engine, exported,
+                                    no_repeat_ngram)
+        if checkpoint == "auto":  # chosen for the user: say which
+            print(f"{run_dir}: checkpoint {describe(trained.checkpoint)}", file=sys.stderr)
         beam = beam or trained.config.decode.beam
         if nbest > beam:
             raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")

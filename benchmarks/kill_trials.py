@@ -75,9 +75,10 @@ def _last_step(run: Path) -> int:
 def _check_checkpoints(run: Path) -> list[str]:
     """Load what pointers.json names, as a resume would; returns the failures."""
     from attncli.checkpoint import checkpoint_dir, load_checkpoint
-    from attncli.config import load_config, model_fingerprint
+    from attncli.config import load_config
     from attncli.errors import AttncliError
     from attncli.model.build import build_model
+    from attncli.resume_rules import model_fingerprint
     from attncli.runs import RunPaths
     from attncli.tokenizer import load_tokenizer
     from attncli.training.optim import make_optimizer

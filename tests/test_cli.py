@@ -25,7 +25,8 @@ def test_help_lists_every_command():
 
 @pytest.mark.parametrize("command, option", [
     ("train", "--resume"), ("eval", "--checkpoint"), ("translate", "--checkpoint"),
-    ("bench", "--suite"), ("average", "--last"),
+    ("bench", "--suite"), ("average", "--last"), ("eval", "--no-repeat-ngram"),
+    ("translate", "--no-repeat-ngram"),
 ])
 def test_each_command_has_help_with_its_options(command, option):
     out = _cli(command, "--help")

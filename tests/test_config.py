@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from attncli.config import (
-    Config,
-    check_resume_changes,
-    load_config,
-    model_fingerprint,
-    parse_config,
-)
+from attncli.config import Config, load_config, parse_config
 from attncli.errors import AttncliError
+from attncli.resume_rules import check_resume_changes, model_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 

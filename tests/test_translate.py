@@ -25,11 +25,11 @@ from attncli.config import (
     DecodeConfig,
     ModelConfig,
     TokenizerConfig,
-    model_fingerprint,
     save_config,
 )
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
 from attncli.model.build import build_model
+from attncli.resume_rules import model_fingerprint
 from attncli.runs import RunPaths
 from attncli.tokenizer import EOS_ID, train_tokenizer
 from attncli.training.optim import make_optimizer
@@ -257,6 +257,25 @@ def test_eval_writes_hypotheses_and_scores(workdir, run_dir):
     assert len((run_dir / "eval" / "test.hyp.txt").read_text("utf-8").splitlines()) == 10
     table = _cli(workdir, "eval", str(run_dir), "--split", "val")
     assert table.returncode == 0 and "BLEU" in table.stdout and "chrF" in table.stdout
+
+
+def test_no_repeat_ngram_option_reaches_eval_and_translate(workdir, run_dir, tmp_path):
+    """The random run repeats subwords; `--no-repeat-ngram 1` (no subword twice) changes its
+    outputs, eval reports the size it decoded with, and translate decodes as eval does."""
+    sources = tmp_path / "test.en"
+    lines = (workdir / "data" / "tiny" / "test.jsonl").read_text("utf-8").splitlines()
+    sources.write_text("".join(json.loads(line)["en"] + "\n" for line in lines), "utf-8")
+    outputs = {}
+    for n in ("0", "1"):
+        out = _cli(workdir, "eval", str(run_dir), "--beam", "1", "--json", "--no-repeat-ngram", n)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["no_repeat_ngram_size"] == int(n)
+        outputs[n] = (run_dir / "eval" / "test.hyp.txt").read_text("utf-8")
+    assert outputs["0"] != outputs["1"]
+    one = _cli(workdir, "translate", "--run", str(run_dir), "--beam", "1", "--no-repeat-ngram",
+               "1", "--input", str(sources))
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == outputs["1"]
 
 
 # --------------------------------------------------------------------------------------------

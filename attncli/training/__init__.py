@@ -10,5 +10,6 @@
 - `validate.py`    validation loss (no gradients) and greedy BLEU
 - `checkpointing.py`  the run's position and history; saving and resuming them with RNG
 - `stops.py`       signals turned into a stop between updates, and the training clock
+- `averaging.py`   at the end, the mean of the last saves, kept if it validates better
 - `trainer.py`     the loop: update, log, validate, save, stop
 """

@@ -14,14 +14,16 @@ from pathlib import Path
 import torch
 
 from attncli.batching import resolve_workers
-from attncli.config import model_fingerprint
 from attncli.device import resolve_pad_multiple, resolve_precision
 from attncli.distributed import World, loss_module
 from attncli.errors import AttncliError
 from attncli.model.build import build_model
 from attncli.plots import plot_curves
 from attncli.progress import Reporter
+from attncli.resume_rules import model_fingerprint
 from attncli.runs import MetricsLog, RunPaths
+from attncli.subword_sampling import SubwordSampler
+from attncli.training.averaging import average_at_end
 from attncli.training.checkpointing import RunState, resume_run, save_run
 from attncli.training.feed import UpdateFeed
 from attncli.training.figures import UpdateFigures
@@ -65,8 +67,13 @@ class Trainer:
 
     @cached_property
     def feed(self) -> UpdateFeed:
+        sampler = None
+        if self.cfg.subword_alpha > 0:
+            sampler = SubwordSampler(self.tokenizer, self.cfg.subword_alpha,
+                                     self.cfg.subword_nbest, self.config.data.max_len,
+                                     self.cfg.seed)
         return UpdateFeed(self.data.train, self.cfg, self.world, self.state.pad_multiple,
-                          resolve_workers(self.cfg.workers, self.device), self.device)
+                          resolve_workers(self.cfg.workers, self.device), self.device, sampler)
 
     @cached_property
     def validator(self) -> Validator:
@@ -171,7 +178,8 @@ class Trainer:
         return reason
 
     def _finish(self, reason: str, signal_name: str) -> str | None:
-        """Validate and save at the end; a non-finite stop saves nothing and is an error."""
+        """Validate and save at the end (and average the last saves, `train.average_last`); a
+        non-finite stop saves nothing and is an error."""
         if reason == "nonfinite":
             last = self.paths.read_pointers().get("last", "none saved yet")
             raise AttncliError(
@@ -188,6 +196,8 @@ class Trainer:
         self.save()
         self.reporter.line(f"stopped at step {self.state.step} ({reason}); best greedy val BLEU "
                            f"{self.state.best_bleu:.2f}; run folder {self.paths.root}")
+        if self.cfg.average_last and self.world.primary:
+            self.reporter.line(average_at_end(self))
         return None
 
     # -- validation and saving -----------------------------------------------------------------

@@ -62,8 +62,10 @@ class Validator:
         return loss / max(tokens, 1)
 
     def bleu(self) -> float:
-        """Greedy BLEU on the val sentences, decoded at eval's precision, so that `best` is
-        chosen as it is scored; each process decodes its share."""
+        """Greedy BLEU on the val sentences, decoded at eval's precision and with its decode
+        settings (``decode.no_repeat_ngram_size`` included), so that `best` is chosen as it is
+        scored: blocking changes which checkpoint's outputs read best, most of all early on,
+        when a model still repeats itself; each process decodes its share."""
         from attncli.evaluate import corpus_scores, translate_texts
 
         self.model.eval()

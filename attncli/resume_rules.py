@@ -1,0 +1,59 @@
+"""What `attncli train --resume` may change in a run's config, and the model's fingerprint.
+
+Every key outside `RESUME_MAY_CHANGE` is fixed by what the run has on disk: the weights'
+shapes, the tokenizer, or the data order (the saved position indexes one batch list).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from attncli.config import Config, ModelConfig
+from attncli.errors import AttncliError
+
+RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
+    "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
+    "tokenizer": frozenset({"sample_size", "sample_bytes"}),  # the run's own tokenizer is loaded
+    "model": frozenset({"dropout", "attention_dropout", "attention"}),
+    "train": frozenset({
+        "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
+        "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
+        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
+        "workers", "tensorboard", "average_last"}),
+    "decode": None,  # every key: decoding settings only affect validation BLEU
+}
+_WHY_FIXED = {"data": "it changes the training data and its order",
+              "tokenizer": "it changes the tokenizer the run trained with",
+              "model": "it changes the model the weights belong to",
+              "train": "it changes the data order the saved position points into"}
+
+
+def _may_change_summary() -> str:
+    parts = []
+    for section, keys in RESUME_MAY_CHANGE.items():
+        if keys is None:
+            parts.append(f"{section}.*")
+        elif keys:
+            parts.append(f"{section}.{{{','.join(sorted(keys))}}}")
+    return "; ".join(parts)
+
+
+def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
+    """Refuse (one line naming the key) a change that the saved state cannot honour."""
+    old, new = saved.to_dict(), wanted.to_dict()
+    for section, allowed in RESUME_MAY_CHANGE.items():
+        for key, value in new[section].items():
+            if value == old[section].get(key) or allowed is None or key in allowed:
+                continue
+            raise AttncliError(
+                f"--resume {run}: {section}.{key} cannot change when resuming "
+                f"({old[section].get(key)!r} -> {value!r}): {_WHY_FIXED[section]}; start a new "
+                f"run for that. May change: {_may_change_summary()}")
+
+
+def model_fingerprint(model: ModelConfig) -> str:
+    """A short hash of what shapes the weights (keys that --resume may change are left out)."""
+    free = RESUME_MAY_CHANGE["model"] or frozenset()
+    shape = {k: v for k, v in model.model_dump(mode="json").items() if k not in free}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
