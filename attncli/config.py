@@ -211,6 +211,15 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _sampling_needs_unigram(self) -> Config:
+        """Refused when read, before a run folder exists (a model_file is checked at start)."""
+        if self.train.subword_alpha > 0 and self.tokenizer.type == "bpe" \
+                and not self.tokenizer.model_file:
+            raise ValueError("train.subword_alpha needs a unigram SentencePiece model "
+                             "(tokenizer.type: unigram)")
+        return self
+
+    @model_validator(mode="after")
     def _padded_pairs_fit_the_positions(self) -> Config:
         """A batch is data.max_len long at most, rounded up to the padding multiple."""
         multiple = self.train.pad_multiple

@@ -82,6 +82,7 @@ def test_a_bpe_tokenizer_cannot_sample(data_dir, tmp_path):
     result = train(data_dir, tmp_path, SMALL, "--name", "bpe",
                    sets=["tokenizer.type=bpe", *SAMPLING])
     assert_one_line_error(result, "needs a unigram SentencePiece model")
+    assert list(tmp_path.iterdir()) == []  # refused before a run folder was made
 
 
 def test_only_training_batches_are_sampled(data_dir, tmp_path, monkeypatch):
