@@ -4,8 +4,9 @@ Both searches run the encoder once per batch and then feed the decoder one new t
 (the cache keeps every earlier position's keys/values, so a step costs O(t), not O(t²)). The
 cache and the prefixes live in buffers allocated once per batch for its longest output, and
 each step writes its position in place: nothing earlier is copied again.
-Beam search is batched: ``sentences x beam`` rows go through the decoder together, and after
-each step the cache follows the surviving hypotheses. Each beam's best continuation stays in
+Beam search is batched: ``sentences x beam`` rows go through the decoder together (sharing
+their sentence's encoder output and cross-attention keys/values), and after each step the
+cache follows the surviving hypotheses. Each beam's best continuation stays in
 its row, so only the rows of the other continuations are copied (``_in_place_order``).
 Sentences whose search is over leave the batch at once, so late steps only pay for the
 sentences still going; the last going sentences fill their places (``compaction``), so only
@@ -275,12 +276,10 @@ def beam_search(
         if not n_going:
             break
         scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going, width, beam)
-        sources = None  # the source side changes only when the sentences or the width do
-        if kept is not None:
+        sources = None  # the source side is per sentence: only departures move it
+        if kept is not None and n_going < sentence.numel():
             sentence, max_len, ended_count = sentence[kept], max_len[kept], ended_count[kept]
-            lengths = max_len.tolist()
-            within = torch.arange(beam, device=device) if width == beam else 0
-            sources = (kept[:, None] * width + within).expand(-1, beam).reshape(-1)
+            lengths, sources = max_len.tolist(), kept
         state.advance(rows.view(-1), tokens.view(-1), step_attention, sources)
 
     for hyps in finished:

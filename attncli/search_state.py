@@ -55,7 +55,9 @@ def compaction(going: Tensor) -> Tensor:
 class DecodingState:
     """What a search carries from step to step: encoder output, cache, prefixes, attention.
 
-    Rows are hypotheses (a sentence's beams are adjacent rows). ``tokens`` (rows, 1 + t) holds
+    Rows are hypotheses (a sentence's beams are adjacent rows); the source side (encoder
+    output, its mask, the cross-attention keys/values) has one row per sentence, which its
+    beams share (``attention.group_queries``). ``tokens`` (rows, 1 + t) holds
     BOS plus the t tokens chosen so far, a view of a buffer allocated once for the batch's
     longest output; ``attention`` (rows, layers, heads, t, src_len) the cross-attention of each
     chosen token when asked. ``max_rows`` is the most rows a step will have (sentences x beam).
@@ -123,8 +125,9 @@ class DecodingState:
                 sources: Tensor | None = None) -> None:
         """Continue the prefixes ``rows`` (None: all, in order) with ``next_tokens`` (new_rows,).
 
-        ``sources`` (new_rows,) names the old row whose source sentence each new row has (None:
-        the same as now, as in a beam reordering: the source side then stays as it is). The
+        ``sources`` (new sentences,) names the old sentence each new one is, when sentences
+        leave the batch (None: the same sentences, as in a beam reordering, or when beam
+        search widens from one row per sentence to ``beam``: the source side stays). The
         prefixes and caches move only the rows whose index differs from their place (see
         ``KVCache.select``), so searches choose indices that keep rows where they are.
         """
@@ -150,7 +153,8 @@ class DecodingState:
                               else torch.cat([self.attention, step_attention], dim=3))
 
     def _follow_sources(self, sources: Tensor) -> None:
-        """The source side of the new rows: cross-attention caches, mask, encoder output."""
+        """The source side of the going sentences: cross-attention caches, mask, encoder
+        output."""
         self.src_mask = self.src_mask.index_select(0, sources)  # (rows, 1, 1, S), small
         if self.cache is None:  # without a cache every step reads the encoder output
             self.memory = self.memory.index_select(0, sources)

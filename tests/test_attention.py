@@ -125,3 +125,23 @@ def test_multihead_self_attention_cache_matches_full_causal_pass():
     steps = [mha(x[:, t : t + 1], causal=True, cache=cache)[0] for t in range(6)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     assert cache.k.shape == (2, 4, 6, 4)
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+@pytest.mark.parametrize("tgt_len", [1, 3])
+def test_cross_attention_rows_sharing_a_sentence_equal_rows_with_their_own_copy(impl, tgt_len):
+    """Beam search's layout: g consecutive query rows per memory row give what the memory
+    repeated for each row gives (outputs and weights, row for row), and the rows stay apart."""
+    mha = MultiHeadAttention(16, 4, "cross", impl=impl).eval()
+    memory, g = torch.randn(2, 6, 16), 3
+    key_mask = padding_mask(torch.tensor([6, 2]), 6)
+    x = torch.randn(2 * g, tgt_len, 16)
+    shared, shared_w = mha(x, memory, key_mask=key_mask, need_weights=impl == "reference")
+    own, own_w = mha(x, memory.repeat_interleave(g, 0), key_mask=key_mask.repeat_interleave(g, 0),
+                     need_weights=impl == "reference")
+    torch.testing.assert_close(shared, own, atol=1e-6, rtol=1e-5)
+    if impl == "reference":
+        torch.testing.assert_close(shared_w, own_w, atol=1e-6, rtol=1e-5)
+        assert shared_w.shape == (2 * g, 4, tgt_len, 6) and (shared_w[g:, :, :, 2:] == 0).all()
+    with pytest.raises(ValueError, match="cannot share"):
+        mha(torch.randn(5, 1, 16), memory, key_mask=key_mask)

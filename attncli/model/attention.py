@@ -280,12 +280,8 @@ class KVCache:
         them when several caches share one index: finding them reads the device once)."""
         if self.k_buffer is None:
             return
-        if index.numel() > self.k_buffer.size(0):  # more rows than the buffer holds (the first
-            k, v = self.k.index_select(0, index), self.v.index_select(0, index)  # beam step's
-            self.k_buffer = self.v_buffer = None  # cross-attention): copied into a new buffer
-            self.rows = self.length = 0
-            self.append(k, v)
-            return
+        if index.numel() > self.k_buffer.size(0):
+            raise ValueError(f"{index.numel()} rows asked of a cache of {self.k_buffer.size(0)}")
         if moved is None:
             moved = changed_rows(index)
         if moved.numel():
@@ -295,6 +291,28 @@ class KVCache:
                 # gathered before written: a row may be both moved and read
                 filled.index_copy_(0, moved, filled.index_select(0, source))
         self.rows = index.numel()
+
+
+def group_queries(q: Tensor, kv_rows: int) -> Tensor:
+    """(kv_rows * g, heads, T, head_dim) -> (kv_rows, heads, g * T, head_dim): the queries of
+    the ``g`` consecutive rows that share one row of keys/values become one row of queries.
+
+    Beam search keeps one row of encoder keys/values per sentence and ``beam`` decoder rows for
+    it, so cross-attention reads each sentence's keys/values once, not once per beam.
+    """
+    rows, heads, length, head_dim = q.shape
+    group = rows // kv_rows
+    return q.view(kv_rows, group, heads, length, head_dim).transpose(1, 2).reshape(
+        kv_rows, heads, group * length, head_dim)
+
+
+def ungroup_rows(x: Tensor, group: int) -> Tensor:
+    """Inverse of ``group_queries`` for its result's rows: (n, heads, g * T, X) -> (n * g,
+    heads, T, X), X being head_dim (the output) or src_len (the weights)."""
+    n, heads, grouped, last = x.shape
+    length = grouped // group
+    return x.view(n, heads, group, length, last).transpose(1, 2).reshape(
+        n * group, heads, length, last)
 
 
 def changed_rows(index: Tensor) -> Tensor:
@@ -366,12 +384,18 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``x`` to itself (self) or to ``memory`` (cross).
 
         x:        (batch, tgt_len, d_model)
-        memory:   (batch, src_len, d_model), cross-attention only
-        key_mask: (batch, 1, 1, src_len) boolean, True = real key (see ``padding_mask``)
+        memory:   (batch / g, src_len, d_model), cross-attention only: each of its rows serves
+                  g consecutive rows of ``x`` (g = 1 but in beam search, where g = beam)
+        key_mask: (batch / g, 1, 1, src_len) boolean, True = real key (see ``padding_mask``)
         returns   (batch, tgt_len, d_model) and, if asked or on the reference path, the weights
                   (batch, heads, tgt_len, src_len)
         """
         q, k, v = self._project(x, memory, cache)
+        if q.size(0) % k.size(0):
+            raise ValueError(f"{q.size(0)} query rows cannot share {k.size(0)} key rows")
+        group = q.size(0) // k.size(0)  # > 1: beams sharing their sentence's keys/values
+        if group > 1:
+            q = group_queries(q, k.size(0))
         tgt_len, src_len = q.size(2), k.size(2)
         dropout_p = self.dropout if self.training else 0.0
         # A single query at the end of the cache may see every cached key: no causal mask needed.
@@ -391,4 +415,7 @@ class MultiHeadAttention(nn.Module):
                 )
             else:
                 out, weights = reference_attention(q, k, v, mask, dropout_p, self.training)
+        if group > 1:
+            out = ungroup_rows(out, group)
+            weights = None if weights is None else ungroup_rows(weights, group)
         return self.out(merge_heads(out)), weights  # (batch, tgt_len, d_model)
