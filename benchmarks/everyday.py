@@ -1,6 +1,6 @@
 """Everyday sentences through a run: what someone who types "Hello, how are you?" gets back.
 
-    python benchmarks/everyday.py runs/m30k [--checkpoint best] [--target de|zh] [--beam 5]
+    python benchmarks/everyday.py runs/m30k [--checkpoint auto|best|...] [--target de|zh] [--beam 5]
     python benchmarks/everyday.py runs/en-zh --sentences FILE          # one sentence a line
     python benchmarks/everyday.py runs/en-zh --from-jsonl ../shared/data/tatoeba-en-zh/test.jsonl \\
         --key en --limit 200
@@ -135,7 +135,7 @@ def check_overlap(data_dir: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", nargs="?", help="a run folder (not needed for --check-overlap)")
-    parser.add_argument("--checkpoint", default="best")
+    parser.add_argument("--checkpoint", default="auto")
     parser.add_argument("--target", choices=("de", "zh"),
                         help="the reference column (default: the run's target language)")
     parser.add_argument("--beam", type=int, default=5)
