@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attncli.model.attention import changed_rows
+from attncli.model.kv_cache import changed_rows
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.tokenizer import BOS_ID
 

@@ -7,7 +7,6 @@ import torch
 
 from attncli.model.attention import (
     AdditiveScore,
-    KVCache,
     MultiHeadAttention,
     additive_attention,
     causal_mask,
@@ -19,6 +18,7 @@ from attncli.model.attention import (
     reference_attention,
     split_heads,
 )
+from attncli.model.kv_cache import KVCache
 
 
 def _qkv(batch=3, heads=2, tgt=5, src=7, dim=8, dtype=torch.float32):

@@ -200,15 +200,17 @@ def test_synthetic_batches_fit_the_token_budget():
         assert batch.src.max() < 100 and batch.num_tgt_tokens > 0
 
 
-@pytest.mark.parametrize("attention", ["reference", "fused"])
-def test_flop_count_agrees_with_torchs_flop_counter(attention):
+def test_flop_count_agrees_with_torchs_flop_counter():
     """The bench's FLOP model against torch's own count of the real small.yaml model's forward
-    (every matmul and attention kernel it runs), on a batch without padding: within 2%."""
+    (every matmul it runs), on a batch without padding: within 2%. The attention is written out
+    (`attention: reference`) because torch's counter counts nothing for the CPU fused kernel
+    (`scaled_dot_product_attention` there counts 0 FLOPs), and the model's FLOPs do not depend
+    on which path computes them."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from attncli.config import load_config
 
-    cfg = load_config("configs/small.yaml").model.model_copy(update={"attention": attention})
+    cfg = load_config("configs/small.yaml").model.model_copy(update={"attention": "reference"})
     vocab = 8000
     model = Seq2SeqTransformer(cfg, vocab, vocab).eval()
     generator = torch.Generator().manual_seed(0)

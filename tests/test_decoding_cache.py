@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncli.model.attention import KVCache, MultiHeadAttention, changed_rows
+from attncli.model.attention import MultiHeadAttention
+from attncli.model.kv_cache import KVCache, changed_rows
 from attncli.search import _in_place_order, beam_search, max_output_lengths
 from attncli.search_state import compaction
 from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from attncli.model.attention import KVCache, MultiHeadAttention
+from attncli.model.attention import MultiHeadAttention
 from attncli.model.dropout import Dropout
+from attncli.model.kv_cache import KVCache
 
 
 class SinusoidalPositions(nn.Module):

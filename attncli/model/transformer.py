@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attncli.config import ModelConfig
-from attncli.model.attention import KVCache, padding_mask
+from attncli.model.attention import padding_mask
 from attncli.model.dropout import Dropout
+from attncli.model.kv_cache import KVCache
 from attncli.model.layers import DecoderLayer, EncoderLayer, LayerCache, SinusoidalPositions
 from attncli.model.loss import projected_cross_entropy
 
