@@ -220,9 +220,9 @@ def _next_beams(best: _Extensions, is_eos: Tensor, going: Tensor, n_going: int, 
     if width == beam:  # each beam's best continuation stays in its row
         slot = _in_place_order(rows - torch.arange(n, device=rows.device)[:, None] * beam)
         scores, rows, tokens = (t.gather(1, slot) for t in (scores, rows, tokens))
-    if n_going == n and width == beam:
+    if n_going == n:
         return scores, rows, tokens, None
-    kept = compaction(going) if n_going < n else torch.arange(n, device=rows.device)
+    kept = compaction(going)
     return scores[kept], rows[kept], tokens[kept], kept
 
 
@@ -277,7 +277,7 @@ def beam_search(
             break
         scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going, width, beam)
         sources = None  # the source side is per sentence: only departures move it
-        if kept is not None and n_going < sentence.numel():
+        if kept is not None:
             sentence, max_len, ended_count = sentence[kept], max_len[kept], ended_count[kept]
             lengths, sources = max_len.tolist(), kept
         state.advance(rows.view(-1), tokens.view(-1), step_attention, sources)

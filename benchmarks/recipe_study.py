@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 COLUMNS = ("run", "CPU", "seed", "updates", "best val (greedy)", "averaged val (greedy)",
            "test BLEU (beam 5)", "test chrF", "checkpoint")
 
@@ -54,8 +56,6 @@ def row(run: Path, cpu: str) -> list[str]:
     vals = [e for e in events if e["event"] == "val"]
     averaged = next((e for e in reversed(events) if e["event"] == "averaged"), None)
     test = json.loads((run / "eval" / "test.json").read_text())
-    import yaml
-
     seed = yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"]
     best = max(vals, key=lambda e: e["val_bleu"])
     return [run.name, cpu, str(seed), f"{vals[-1]['step']:,}",
