@@ -22,7 +22,7 @@ from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.search import Hypothesis, translate_ids
+from attncli.search import Hypothesis, SentenceDone, translate_ids
 from attncli.tokenizer import EOS_ID, Tokenizer, base_language
 from attncli.trained import TrainedModel, load_trained_model
 
@@ -143,16 +143,18 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
 
 
 def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int,
-               need_attention: bool = False,
-               progress: Callable[[int], None] | None = None) -> list[list[Hypothesis]]:
-    """`search.translate_ids` on the run's model, or the same through its exported engine."""
+               need_attention: bool = False, progress: Callable[[int], None] | None = None,
+               done: SentenceDone | None = None) -> list[list[Hypothesis]]:
+    """`search.translate_ids` on the run's model, or the same through its exported engine;
+    ``done(i, hypotheses)`` as soon as sentence i's are final."""
     if trained.engine is None:
         return translate_ids(trained.model, src_ids, trained.config.decode, beam, nbest,
-                             trained.device, need_attention, progress, decode_precision(trained))
+                             trained.device, need_attention, progress, decode_precision(trained),
+                             done)
     if need_attention:
         raise AttncliError("attention views need --engine torch (CTranslate2 returns no "
                            "attention weights here)")
-    found = trained.engine.translate_ids(src_ids, beam, nbest)
+    found = trained.engine.translate_ids(src_ids, beam, nbest, done)
     if progress is not None:
         progress(len(src_ids))
     return found

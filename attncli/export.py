@@ -19,11 +19,14 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from attncli.errors import AttncliError
+
+if TYPE_CHECKING:
+    from attncli.search import SentenceDone
 
 DEFAULT_FOLDER = "ctranslate2"  # under the run folder
 METADATA = "attncli.json"  # what was exported, beside CTranslate2's files
@@ -177,8 +180,10 @@ class CTranslate2Engine:
         self.translator = open_translator(folder, threads)
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 
-    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int) -> list:
-        """Source ids (ending in EOS) -> `nbest` `Hypothesis` per sentence, in input order.
+    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int,
+                      done: SentenceDone | None = None) -> list:
+        """Source ids (ending in EOS) -> `nbest` `Hypothesis` per sentence, in input order;
+        `done(i, hypotheses)`, when given, as each sentence's arrive.
 
         CTranslate2 takes one length limit per batch; attncli's limit grows with each
         sentence's length, so sentences go in groups of equal limit, translated side by side.
@@ -202,6 +207,8 @@ class CTranslate2Engine:
                                          score, float("nan"))
                               for tokens, score in zip(result.hypotheses, result.scores,
                                                        strict=True)]
+                if done is not None:
+                    done(i, results[i])
         return results
 
     def _limit(self, src_len: int) -> int:

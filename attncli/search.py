@@ -8,10 +8,10 @@ Beam search is batched: ``sentences x beam`` rows go through the decoder togethe
 their sentence's encoder output and cross-attention keys/values), and after each step the
 cache follows the surviving hypotheses. Each beam's best continuation stays in
 its row, so only the rows of the other continuations are copied (``_in_place_order``).
-Sentences whose search is over leave the batch at once, so late steps only pay for the
-sentences still going; the last going sentences fill their places (``compaction``), so only
-those rows move. A step reads the device once (whether anything ended), more only on steps
-where hypotheses end.
+Sentences whose search is over leave the batch at once (and go to the caller's ``on_done``,
+so a server can answer them), so late steps only pay for the sentences still going; the last
+going sentences fill their places (``compaction``), so only those rows move. A step reads the
+device once (whether anything ended), more only on steps where hypotheses end.
 
 Conventions shared by both searches:
 
@@ -41,6 +41,9 @@ from attncli.errors import AttncliError
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.search_state import DecodingState, Hypothesis, compaction
 from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+# on_done(i, hypotheses): input sentence i's search has ended with these (best first).
+SentenceDone = Callable[[int, list[Hypothesis]], None]
 
 
 def max_output_lengths(src: Tensor, model: Seq2SeqTransformer, a: float, b: float) -> Tensor:
@@ -107,11 +110,13 @@ def greedy_search(
     need_attention: bool = False,
     length_penalty: float = 1.0,
     no_repeat_ngram_size: int = 0,
+    on_done: SentenceDone | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, for each row of ``src`` (batch, src_len).
 
     ``length_penalty`` only affects the reported ``score`` (for comparison with beam search).
-    ``no_repeat_ngram_size``: see the module doc (0: off).
+    ``no_repeat_ngram_size``: see the module doc (0: off). ``on_done(i, [hypothesis])`` is
+    called for row i as soon as its search ends, while the other rows go on.
     """
     max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (rows,)
     lengths = max_len.tolist()  # the one read of the limits; min(lengths) follows departures
@@ -132,6 +137,8 @@ def greedy_search(
         for i, hypothesis in state.ended(rows, sentence[rows], log_prob[rows], step_attention,
                                          length_penalty):
             results[i] = hypothesis
+            if on_done is not None:
+                on_done(i, [hypothesis])
         if rows.numel() == ended.numel():
             return results  # type: ignore[return-value]
         going = compaction(~ended)  # (m,) the going rows, most of them staying in place
@@ -238,13 +245,15 @@ def beam_search(
     use_cache: bool = True,
     need_attention: bool = False,
     no_repeat_ngram_size: int = 0,
+    on_done: SentenceDone | None = None,
 ) -> list[list[Hypothesis]]:
     """The ``nbest`` best of ``beam`` hypotheses per row of ``src`` (batch, src_len).
 
     Each step takes the top ``2 * beam`` extensions of a sentence's beams: EOS among the best
     ``beam`` of them ends a hypothesis, the best ``beam`` others continue (there are always
     enough, as each beam has only one EOS extension). A sentence is done when ``beam``
-    hypotheses have ended (or its maximum length forced EOS on all of them).
+    hypotheses have ended (or its maximum length forced EOS on all of them); ``on_done(i,
+    hypotheses)`` then gets row i's result at once, while the other rows go on.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
@@ -273,6 +282,9 @@ def beam_search(
                                              best.log_prob[:, :beam][ending], step_attention,
                                              length_penalty):
                 finished[i].append(hypothesis)
+        if on_done is not None and n_going < going.numel():
+            for i in sentence[~going].tolist():  # read only on steps where sentences end
+                on_done(i, _best_first(finished[i], nbest))
         if not n_going:
             break
         scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going, width, beam)
@@ -281,10 +293,12 @@ def beam_search(
             sentence, max_len, ended_count = sentence[kept], max_len[kept], ended_count[kept]
             lengths, sources = max_len.tolist(), kept
         state.advance(rows.view(-1), tokens.view(-1), step_attention, sources)
+    return [_best_first(hyps, nbest) for hyps in finished]
 
-    for hyps in finished:
-        hyps.sort(key=lambda h: h.score, reverse=True)
-    return [hyps[:nbest] for hyps in finished]
+
+def _best_first(hypotheses: list[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` highest-scoring of a sentence's ended hypotheses, best first."""
+    return sorted(hypotheses, key=lambda h: h.score, reverse=True)[:nbest]
 
 
 def translate_ids(
@@ -297,13 +311,16 @@ def translate_ids(
     need_attention: bool = False,
     progress: Callable[[int], None] | None = None,
     precision: str = "fp32",
+    done: SentenceDone | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode many sources (id lists ending in EOS); ``nbest`` hypotheses each, in input order.
 
     Sources are sorted by length and cut into batches of ``cfg.batch_size`` sentences, so a
     batch holds little padding; greedy search when ``beam == 1``. Attention, when asked, is
-    trimmed to each source's own length. ``progress(k)`` is called after each batch of k.
-    ``precision="bf16"`` decodes under bf16 autocast (see ``device.resolve_precision``).
+    trimmed to each source's own length. ``progress(k)`` is called after each batch of k;
+    ``done(i, hypotheses)`` as soon as source i's are final (the server answers with it while
+    the rest of the batch decodes). ``precision="bf16"`` decodes under bf16 autocast (see
+    ``device.resolve_precision``).
     """
     if not 1 <= nbest <= beam:
         raise AttncliError(f"--nbest {nbest} needs a beam of at least {nbest} (beam is {beam})")
@@ -315,23 +332,36 @@ def translate_ids(
         with torch.inference_mode(), autocast(torch.device(device), precision):
             for start in range(0, len(order), cfg.batch_size):
                 chunk = order[start : start + cfg.batch_size]
+                finish = _finisher(chunk, src_ids, results, done)
                 src = pad([src_ids[i] for i in chunk]).to(device)  # (batch, src_len)
                 if beam == 1:
-                    found = [[h] for h in greedy_search(
-                        model, src, cfg.max_len_a, cfg.max_len_b, need_attention=need_attention,
-                        length_penalty=cfg.length_penalty,
-                        no_repeat_ngram_size=cfg.no_repeat_ngram_size)]
+                    greedy_search(model, src, cfg.max_len_a, cfg.max_len_b,
+                                  need_attention=need_attention,
+                                  length_penalty=cfg.length_penalty,
+                                  no_repeat_ngram_size=cfg.no_repeat_ngram_size, on_done=finish)
                 else:
-                    found = beam_search(model, src, beam, cfg.max_len_a, cfg.max_len_b,
-                                        cfg.length_penalty, nbest, need_attention=need_attention,
-                                        no_repeat_ngram_size=cfg.no_repeat_ngram_size)
-                for i, hyps in zip(chunk, found, strict=True):
-                    for h in hyps:
-                        if h.attention is not None:
-                            h.attention = h.attention[..., : len(src_ids[i])]
-                    results[i] = hyps
+                    beam_search(model, src, beam, cfg.max_len_a, cfg.max_len_b,
+                                cfg.length_penalty, nbest, need_attention=need_attention,
+                                no_repeat_ngram_size=cfg.no_repeat_ngram_size, on_done=finish)
                 if progress is not None:
                     progress(len(chunk))
     finally:
         model.train(was_training)
     return results
+
+
+def _finisher(chunk: list[int], src_ids: Sequence[Sequence[int]],
+              results: list[list[Hypothesis]], done: SentenceDone | None) -> SentenceDone:
+    """The search's ``on_done`` for one batch: row j is source ``chunk[j]``; its attention is
+    trimmed to the source's length, stored in ``results`` and handed to ``done``."""
+
+    def finish(j: int, hypotheses: list[Hypothesis]) -> None:
+        i = chunk[j]
+        for h in hypotheses:
+            if h.attention is not None:
+                h.attention = h.attention[..., : len(src_ids[i])]
+        results[i] = hypotheses
+        if done is not None:
+            done(i, hypotheses)
+
+    return finish

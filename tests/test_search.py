@@ -150,6 +150,32 @@ def test_translate_ids_sorts_batches_returns_input_order_and_trims_attention(mod
     assert translate_ids(model, [], cfg, beam=2, nbest=1, device="cpu") == []
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_each_sentence_is_handed_over_once_as_soon_as_its_search_ends(model, beam):
+    steps = [0]
+    hook = model.decoder_norm.register_forward_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
+    handed: dict[int, tuple[int, list]] = {}
+
+    def done(i, hypotheses):
+        assert i not in handed, "handed over twice"
+        handed[i] = (steps[0], hypotheses)
+
+    sources = _sources()
+    cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=4, no_repeat_ngram_size=0)
+    try:
+        found = translate_ids(model, sources, cfg, beam=beam, nbest=beam, device="cpu", done=done)
+    finally:
+        hook.remove()
+    assert sorted(handed) == list(range(len(sources)))
+    assert [handed[i][1] for i in range(len(sources))] == found
+    at_step = [step for step, _ in handed.values()]
+    assert len(set(at_step)) > 2, "sentences of one batch should end at different steps"
+    if beam == 1:  # each row is over at the step that chose its EOS
+        first_batch = sorted(range(len(sources)), key=lambda i: len(sources[i]))[:4]
+        for i in first_batch:
+            assert handed[i][0] == len(found[i][0].tokens) + 1
+
+
 def test_translate_ids_leaves_training_mode_as_it_was(model):
     model.train()
     try:

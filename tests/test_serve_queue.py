@@ -35,7 +35,7 @@ class Gate:
         if not blocked:
             self.opened.set()
 
-    def __call__(self, key, items):
+    def __call__(self, key, items, deliver):
         self.batches.append((key, items))
         self.started.set()
         assert self.opened.wait(10)
@@ -72,6 +72,26 @@ def test_a_batch_is_bounded_in_padded_tokens_but_a_large_job_still_goes():
     assert [job.result(5) for job in jobs] == ["done long", "done short"]
     batcher.stop(5)
     assert [items for _, items in gate.batches] == [["long"], ["short"]]  # 3 x 60 > 100
+
+
+def test_a_job_delivered_early_is_answered_while_its_batch_goes_on():
+    gate = Gate(blocked=True)
+
+    def run_batch(key, items, deliver):
+        deliver(0, "early " + items[0])  # the first job's sentences are done
+        return gate(key, items, deliver)  # the rest of the batch still decoding
+
+    batcher = Batcher(run_batch, max_queue=100, batch_sentences=4, batch_tokens=1000,
+                      wait_s=0.2)
+    short, long = batcher.submit("k", "a", 1, 5), batcher.submit("k", "b", 1, 5)
+    batcher.start()
+    assert gate.started.wait(5)
+    assert short.result(5) == "early a"  # answered before the batch ended
+    assert not long.done()
+    gate.opened.set()
+    assert long.result(5) == "done b"  # the batch's own result for the one not delivered
+    batcher.stop(5)
+    assert batcher.stats()["decoded"] == 2
 
 
 def test_the_queue_is_bounded_and_a_stop_finishes_what_was_queued():
@@ -133,8 +153,8 @@ async def _call(app, method: str, path: str, body: dict | None = None):
 
 
 def _app(gate: Gate, timeout: float = 30, max_queue: int = 2):
-    def run_batch(settings, works):
-        gate(settings, works)
+    def run_batch(settings, works, deliver):
+        gate(settings, works, deliver)
         return [[Translation([Hypothesis([7], -0.5, -0.5)]) for _ in w.src_ids] for w in works]
 
     batcher = Batcher(run_batch, max_queue, batch_sentences=1, batch_tokens=1000, wait_s=0)

@@ -12,7 +12,10 @@ that still goes alone: requests are never split). Before a batch the thread wait
 `wait_s` after the oldest job arrived or the last batch ended (whichever is later), until as
 many sentences as the last batch had are queued: clients whose answers just went out come back
 together, and without that wait a batch that once split in two (half queued while the other
-half decoded) would stay split. A lone client waits for nobody.
+half decoded) would stay split. A lone client waits for nobody. A job is answered as soon as
+its own sentences are decoded (`run_batch` delivers it), not when the batch's longest one is:
+short sentences get short waits, and their clients' next requests are already queued when the
+batch ends.
 
 The queue is bounded in sentences: past `max_queue`, `submit` raises `QueueFull` (the server's
 503) instead of letting waits grow without end. A job cancelled while queued (its request timed
@@ -29,8 +32,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-# run_batch(key, [items of each job]) -> [result of each job], in the same order.
-RunBatch = Callable[[Hashable, list[Any]], list[Any]]
+# run_batch(key, [items of each job], deliver) -> [result of each job], in the same order;
+# deliver(k, result) may hand job k's result over earlier, while the batch goes on.
+RunBatch = Callable[[Hashable, list[Any], Callable[[int, Any], None]], list[Any]]
 
 
 class QueueFull(Exception):
@@ -165,11 +169,16 @@ class Batcher:
 
     def _run(self, batch: list[_Job]) -> None:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+
+        def deliver(k: int, result: Any) -> None:  # the client is answered at once
+            live[k].future.set_result(result)
+
         try:
             if live:
-                results = self.run_batch(live[0].key, [job.items for job in live])
+                results = self.run_batch(live[0].key, [job.items for job in live], deliver)
                 for job, result in zip(live, results, strict=True):
-                    job.future.set_result(result)
+                    if not job.future.done():
+                        job.future.set_result(result)
         except BaseException as err:  # the requests get the error, the thread goes on
             for job in live:
                 if not job.future.done():

@@ -11,7 +11,7 @@ thread: the event loop's thread only tokenizes and writes JSON (see command.py f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,10 @@ class Translation:
     attention: dict[str, list] | None = None
 
 
+# deliver(k, translations): work k of a batch is answered (see Translator.run_batch).
+Deliver = Callable[[int, list[Translation]], None]
+
+
 class Translator:
     """A loaded run, for the server: everything that touches the model or the tokenizer."""
 
@@ -79,24 +83,45 @@ class Translator:
         ids = encode_sources(self.tokenizer, texts, self.config.model.max_positions, mark)
         return ids, cut
 
-    def run_batch(self, settings: Settings, works: list[Work]) -> list[list[Translation]]:
+    def run_batch(self, settings: Settings, works: list[Work],
+                  deliver: Deliver | None = None) -> list[list[Translation]]:
         """Decode every sentence of `works` together; per work, its sentences' translations.
 
-        Runs in the batcher's thread, the only one that uses the model.
+        `deliver(k, translations)` hands work k over as soon as its last sentence's search
+        ends, while longer sentences of the batch decode on (works that asked for attention
+        wait for the end, where it is taken outside the search). Runs in the batcher's
+        thread, the only one that uses the model.
         """
         flat = [ids for work in works for ids in work.src_ids]
-        found = iter(decode_ids(self.trained, flat, settings.beam, settings.n_best))
-        results = []
-        for work in works:
-            mine = [Translation(next(found)) for _ in work.src_ids]
-            if work.attention:
-                for ids, translation in zip(work.src_ids, mine, strict=True):
-                    maps = attention_maps(self.trained.model, ids,
-                                          translation.hypotheses[0].tokens)
-                    translation.attention = {kind: [_rounded(layer) for layer in layers]
-                                             for kind, layers in vars(maps).items()}
-            results.append(mine)
-        return results
+        owner = [k for k, work in enumerate(works) for _ in work.src_ids]
+        first = [sum(len(w.src_ids) for w in works[:k]) for k in range(len(works))]
+        waiting = [len(work.src_ids) for work in works]
+        found: list[list[Hypothesis]] = [[] for _ in flat]
+        results: list[list[Translation] | None] = [None] * len(works)
+
+        def sentence_done(i: int, hypotheses: list[Hypothesis]) -> None:
+            k = owner[i]
+            found[i], waiting[k] = hypotheses, waiting[k] - 1
+            if not waiting[k] and not works[k].attention:
+                results[k] = self._answer(works[k], found[first[k]:])
+                if deliver is not None:
+                    deliver(k, results[k])
+
+        decoded = decode_ids(self.trained, flat, settings.beam, settings.n_best,
+                             done=sentence_done)
+        return [answer if answer is not None else self._answer(work, decoded[first[k]:])
+                for k, (work, answer) in enumerate(zip(works, results, strict=True))]
+
+    def _answer(self, work: Work, found: list[list[Hypothesis]]) -> list[Translation]:
+        """A work's translations from the hypotheses of its sentences (the first of `found`),
+        with the best one's attention when the work asked for it."""
+        mine = [Translation(hypotheses) for hypotheses in found[: len(work.src_ids)]]
+        if work.attention:
+            for ids, translation in zip(work.src_ids, mine, strict=True):
+                maps = attention_maps(self.trained.model, ids, translation.hypotheses[0].tokens)
+                translation.attention = {kind: [_rounded(layer) for layer in layers]
+                                         for kind, layers in vars(maps).items()}
+        return mine
 
     def text(self, hypothesis: Hypothesis) -> str:
         return self.tokenizer.decode_tgt(hypothesis.tokens)
