@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -94,7 +95,8 @@ class Translator:
         """
         flat = [ids for work in works for ids in work.src_ids]
         owner = [k for k, work in enumerate(works) for _ in work.src_ids]
-        first = [sum(len(w.src_ids) for w in works[:k]) for k in range(len(works))]
+        spans = [range(end - len(w.src_ids), end) for w, end in zip(
+            works, accumulate(len(w.src_ids) for w in works), strict=True)]  # k -> its rows
         waiting = [len(work.src_ids) for work in works]
         found: list[list[Hypothesis]] = [[] for _ in flat]
         results: list[list[Translation] | None] = [None] * len(works)
@@ -103,19 +105,18 @@ class Translator:
             k = owner[i]
             found[i], waiting[k] = hypotheses, waiting[k] - 1
             if not waiting[k] and not works[k].attention:
-                results[k] = self._answer(works[k], found[first[k]:])
+                results[k] = self._answer(works[k], [found[j] for j in spans[k]])
                 if deliver is not None:
                     deliver(k, results[k])
 
-        decoded = decode_ids(self.trained, flat, settings.beam, settings.n_best,
-                             done=sentence_done)
-        return [answer if answer is not None else self._answer(work, decoded[first[k]:])
-                for k, (work, answer) in enumerate(zip(works, results, strict=True))]
+        decode_ids(self.trained, flat, settings.beam, settings.n_best, done=sentence_done)
+        return [answer if answer is not None else self._answer(work, [found[j] for j in span])
+                for work, answer, span in zip(works, results, spans, strict=True)]
 
     def _answer(self, work: Work, found: list[list[Hypothesis]]) -> list[Translation]:
-        """A work's translations from the hypotheses of its sentences (the first of `found`),
-        with the best one's attention when the work asked for it."""
-        mine = [Translation(hypotheses) for hypotheses in found[: len(work.src_ids)]]
+        """A work's translations from the hypotheses of its sentences, with the best one's
+        attention when the work asked for it."""
+        mine = [Translation(hypotheses) for hypotheses in found]
         if work.attention:
             for ids, translation in zip(work.src_ids, mine, strict=True):
                 maps = attention_maps(self.trained.model, ids, translation.hypotheses[0].tokens)
