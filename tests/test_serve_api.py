@@ -158,6 +158,19 @@ BAD = {
     "another pair": ("/translate", {"q": "hi", "source": "fr", "target": "de"}, 400,
                      "translates en->de only"),
     "no target": ("/translate", {"q": "hi", "source": "en"}, 400, "target: missing"),
+    # fields that errors name: a lone surrogate in them could not be written back in UTF-8
+    "surrogate field name": ("/v1/translate", b'{"\\ud800": 1, "text": "x"}', 400,
+                             "a field name: not valid Unicode"),
+    "surrogate language": ("/translate", b'{"q": "hi", "source": "\\ud800", "target": "de"}',
+                           400, "source: not valid Unicode"),
+    "5,000-digit number": ("/v1/translate", b'{"text": "x", "beam": ' + b"7" * 5000 + b"}",
+                           400, "invalid JSON: Exceeds the limit"),
+    "alternatives a superscript": ("/translate", {"q": "hi", "source": "en", "target": "de",
+                                                  "alternatives": "\u00b2"}, 400,
+                                   "must be an integer"),
+    "alternatives of 5,000 digits": ("/translate", {"q": "hi", "source": "en", "target": "de",
+                                                    "alternatives": "9" * 5000}, 400,
+                                     "(5000 digits) is out of range"),
 }
 
 

@@ -83,9 +83,32 @@ def parse_body(body: bytes, content_type: str) -> dict[str, Any]:
                                 f"{err.colno})") from None
     except RecursionError:
         raise RequestError(400, "invalid JSON: nested too deeply") from None
+    except ValueError as err:  # an integer of over 4,300 digits (Python's conversion limit)
+        raise RequestError(400, f"invalid JSON: {str(err).split(';')[0]}") from None
     if not isinstance(fields, dict):
         raise RequestError(400, f"the body must be a JSON object, not {_type(fields)}")
+    _refuse_lone_surrogates(fields)
     return fields
+
+
+def _refuse_lone_surrogates(fields: dict[str, Any]) -> None:
+    """JSON's ``\\ud800`` escapes decode to lone surrogates, which are not text: refused here,
+    for every name and string value, as no answer (nor an error naming them) could be written
+    in UTF-8."""
+    for name, value in fields.items():
+        values = value if isinstance(value, list) else [value]
+        for text in [name, *values]:
+            if isinstance(text, str) and not _encodable(text):
+                where = name if _encodable(name) else "a field name"
+                raise RequestError(400, f"{where}: not valid Unicode (a lone surrogate)")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _type(value: Any) -> str:
@@ -111,10 +134,6 @@ def _texts(value: Any, field: str, limits: Limits) -> list[str]:
         where = f"{field}" if isinstance(value, str) else f"{field}[{number - 1}]"
         if not text.strip():
             raise RequestError(400, f"{where}: empty text")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise RequestError(400, f"{where}: not valid Unicode (a lone surrogate)") from None
     chars = sum(len(t) for t in texts)
     if chars > limits.max_chars:
         raise RequestError(400, f"{field}: {chars} characters, at most {limits.max_chars} in "
@@ -126,12 +145,18 @@ def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: in
              strings: bool = False) -> int:
     """``fields[name]`` as an integer in [low, high]; a numeral string too where `strings`."""
     value = fields.get(name, default)
-    if strings and isinstance(value, str) and value.strip().isdigit():
+    if strings and isinstance(value, str) and value.strip().isascii() \
+            and value.strip().isdigit():
+        value = value.strip()
+        if len(value) > 20:  # out of range whatever low and high are; int() may refuse it
+            raise RequestError(400, f"{name}: {value[:12]}... ({len(value)} digits) is out of "
+                                    f"range ({low} to {high})")
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(400, f"{name}: must be an integer, not {_type(value)}")
     if not low <= value <= high:
-        raise RequestError(400, f"{name}: {value} is out of range ({low} to {high})")
+        shown = str(value) if abs(value) < 10**20 else "a number of over 20 digits"
+        raise RequestError(400, f"{name}: {shown} is out of range ({low} to {high})")
     return value
 
 
