@@ -101,7 +101,7 @@ def train(
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
     from attncli.runs import training_config
 
-    checked, resumed = training_config(config, set_, resume)  # before torch loads: fails fast
+    checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
         from attncli.config import check_process_shares
 

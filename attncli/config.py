@@ -122,7 +122,8 @@ class ModelConfig(_Section):
 
 
 class TrainConfig(_Section):
-    seed: int = Field(1234, description="Seed for init, dropout and shuffling.")
+    seed: int = Field(1234, ge=0, le=2**32 - 1, description="Seed for init, dropout and "
+                      "shuffling (numpy's generators take no negative seed).")
     batch_tokens: int = Field(
         2048, ge=1, description="Max padded tokens per batch on its longer side (source or "
                                 "target).")

@@ -129,6 +129,14 @@ def create_run_dir(runs_dir: Path, name: str) -> RunPaths:
     return RunPaths(candidate)
 
 
+def check_run_name(name: str) -> None:
+    """A run name is one folder under --runs-dir: a path in it would be made (or fail) after
+    the data is prepared, and an empty one would name the runs folder itself."""
+    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
+        raise AttncliError(f"--name {name!r}: a run name is one folder name (not empty, no '/' "
+                           f"or '\\'); --runs-dir says where run folders go")
+
+
 def default_run_name(config_path: Path | None) -> str:
     stem = config_path.stem if config_path else "run"
     return f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -209,16 +217,21 @@ class MetricsLog:
         return len(records) - len(kept)
 
 
-def training_config(config_path: Path | None, overrides: list[str],
-                    resume: Path | None) -> tuple[Config, RunPaths | None]:
+def training_config(config_path: Path | None, overrides: list[str], resume: Path | None,
+                    name: str | None = None) -> tuple[Config, RunPaths | None]:
     """The config `attncli train` will use, and the run folder when resuming (else None).
 
     Torch-free on purpose: the CLI calls it before loading the trainer, so a missing or mistyped
-    config, a folder that is not a resumable run, or a change that resuming cannot honour is
-    reported in a blink.
+    config, a bad run name, a folder that is not a resumable run, or a change that resuming
+    cannot honour is reported in a blink, before any data is prepared or folder made.
     """
     if resume is None and config_path is None:
         raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
+    if resume is not None and config_path is not None:
+        raise AttncliError(f"--resume {resume} continues with that run's own config.yaml: give "
+                           f"no CONFIG ({config_path}); --set changes what a resume may change")
+    if name is not None:
+        check_run_name(name)
     if resume is None:
         return load_config(config_path, overrides), None
     paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0

@@ -82,6 +82,10 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         ("model:\n  d_model: 100\n  heads: 3\n", [], "must divide model.d_model"),
         ("model:\n  dropout: lots\n", [], "model.dropout"),
         ("model:\n  d_model: 64\n", ["--set", "model.hedas=2"], "did you mean model.heads?"),
+        ("", ["--set", "train.seed=-1"], "train.seed"),  # numpy would refuse it after prepare
+        ("", ["--name", "a/b"], "a run name is one folder name"),
+        ("", ["--name", ""], "a run name is one folder name"),
+        ("", ["--resume", "elsewhere"], "give no CONFIG"),
     ],
 )
 def test_cli_reports_bad_config_in_one_line_with_exit_2(tmp_path, text, extra, expected):
