@@ -153,8 +153,8 @@ def checkpoint_names(paths: RunPaths) -> list[str]:
 
 def checkpoint_dir(paths: RunPaths, name: str) -> Path:
     """The folder `name` means: 'auto' (the default of eval, translate and export: averaged
-    when the run has one, else best), 'last', 'best' (falls back to last), 'averaged' or
-    'step-N'."""
+    when the run has one of its newest saves, else best), 'last', 'best' (falls back to last),
+    'averaged' or 'step-N'."""
     pointers = paths.read_pointers()
     if not pointers and (paths.checkpoints / "last.safetensors").is_file():
         raise AttncliError(f"{paths.root}: checkpoints in attncli 0.1's layout "
@@ -163,7 +163,7 @@ def checkpoint_dir(paths: RunPaths, name: str) -> Path:
     if not pointers:
         raise AttncliError(f"{paths.root}: no checkpoint yet")
     if name == "auto":
-        name = "averaged" if paths.averaged.is_dir() else "best"
+        name = "averaged" if _current_average(paths) else "best"
     if name in ("last", "best"):
         return paths.checkpoints / pointers.get(name, pointers["last"])
     folder = paths.averaged if name == "averaged" else paths.checkpoints / name
@@ -171,6 +171,22 @@ def checkpoint_dir(paths: RunPaths, name: str) -> Path:
         hint = ", ".join(checkpoint_names(paths))
         raise AttncliError(f"{paths.root}: no checkpoint {name!r} (this run has: {hint})")
     return folder
+
+
+def _current_average(paths: RunPaths) -> bool:
+    """Whether the run has an averaged checkpoint of saves up to its last one. A run resumed
+    after averaging and stopped without averaging again (a signal, `average_last: 0`) keeps
+    an older mean, which 'auto' must not prefer to the newer best; 'averaged' still names it.
+    An unreadable averaged state counts as current, so that loading it says what is wrong."""
+    if not paths.averaged.is_dir():
+        return False
+    try:
+        averaged = json.loads((paths.averaged / STATE_FILE).read_text("utf-8"))["averaged_steps"]
+        newest = max(int(step) for step in averaged)
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    last = paths.pointed_steps().get("last")
+    return last is None or newest >= last
 
 
 def load_weights(model: nn.Module, folder: Path, fingerprint: str | None = None) -> dict:

@@ -28,7 +28,8 @@ app = typer.Typer(
 
 DEVICE_OPTION = typer.Option(
     "auto", "--device", help="auto (CUDA when present), cpu, cuda or cuda:N (the N-th GPU).")
-CHECKPOINT_HELP = ("Which checkpoint: auto (averaged when the run has one, else best), best, "
+CHECKPOINT_HELP = ("Which checkpoint: auto (averaged when the run has one of its newest saves, "
+                   "else best), best, "
                    "last, averaged (see `attncli average` and train.average_last) or step-N "
                    "(one of the run's checkpoints/step-N folders).")
 

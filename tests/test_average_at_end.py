@@ -10,7 +10,9 @@ scoring reproduces validation's BLEU for the best checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from safetensors.torch import load_file
 from attncli.checkpoint import MODEL_FILE
 from attncli.checkpoint_state import read_tensors
 from attncli.training import averaging
+from attncli.training.trainer import Trainer
 from attncli.training.validate import ValScores
 
 SAVES = ["train.max_steps=6", "train.save_every=2", "train.average_last=3"]
@@ -102,6 +105,38 @@ def test_an_average_no_better_than_best_is_not_kept(kept, data_dir, tmp_path, mo
     events = [r for r in metrics(run) if r["event"] == "averaged"]
     assert [(e["steps"], e["kept"]) for e in events] == [([2, 4, 6], True), ([4, 6, 8], False)]
     assert _eval(run, data_dir)["checkpoint"] == pointers(run)["best"]
+
+
+def test_an_average_older_than_the_last_save_is_not_the_default(kept, data_dir, tmp_path):
+    """Resumed and ended without averaging again, a run keeps its old mean (of steps 2, 4, 6);
+    'auto' then takes the newer best, and 'averaged' still names the old mean."""
+    run = _copy(kept[0], tmp_path)
+    result = resume(data_dir, run, "train.max_steps=8", "train.average_last=0")
+    assert result.returncode == 0, result.stderr
+    assert (run / "checkpoints" / "averaged").is_dir() and pointers(run)["last"] == "step-8"
+    assert _eval(run, data_dir)["checkpoint"] == pointers(run)["best"]
+    assert _eval(run, data_dir, "--checkpoint", "averaged")["checkpoint"] == "averaged"
+
+
+def test_a_signal_while_the_run_ends_is_held_until_it_has_ended(data_dir, tmp_path,
+                                                                monkeypatch):
+    """SIGTERM at the start of the final validation: validation, the save and the averaging
+    still happen, and the run exits 0, whole (before, the signal killed it there)."""
+    real = Trainer.validate
+
+    def signalled_validate(trainer: Trainer) -> bool:
+        if trainer.state.step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(trainer)
+
+    monkeypatch.setattr(Trainer, "validate", signalled_validate)
+    monkeypatch.setattr(averaging, "score_weights", _scored(lambda t: t.state.best_bleu + 5))
+    result = train(data_dir, tmp_path, SMALL, "--name", "held", sets=SAVES)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "held"
+    assert pointers(run)["last"] == "step-6" and (run / "checkpoints" / "averaged").is_dir()
+    assert [r["step"] for r in metrics(run) if r["event"] == "val"] == [6]
+    assert "SIGTERM came while the run was ending" in result.stdout
 
 
 def test_the_mean_is_scored_as_validation_scores(data_dir, tmp_path, monkeypatch):

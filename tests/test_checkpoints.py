@@ -412,6 +412,22 @@ def test_a_position_in_batches_cut_another_way_is_not_resumed(runs, data_dir):
     assert_one_line_error(result, "cannot resume exactly")
 
 
+def test_a_resume_on_other_training_data_is_refused(runs, data_dir, tmp_path):
+    """The data position indexes batches cut from the training pairs' lengths: with 20 pairs
+    fewer it would point elsewhere, so the resume says why and writes nothing."""
+    run = _copy(runs, "other-data")
+    _cut_back(run, 4)
+    other = Path(shutil.copytree(data_dir, tmp_path / "data"))
+    train_file = other / "multi30k" / "train.jsonl"
+    train_file.write_text("".join(train_file.read_text().splitlines(keepends=True)[:380]))
+    before = (run / "metrics.jsonl").read_bytes()
+    result = resume(other, run, "train.max_steps=8")
+    assert_one_line_error(result, "this run trained on other data (400 pairs, lengths ")
+    assert "now 380 pairs" in result.stderr and "cannot resume exactly" in result.stderr
+    assert (run / "metrics.jsonl").read_bytes() == before
+    assert resume(data_dir, run, "train.max_steps=8").returncode == 0
+
+
 def test_a_cpu_run_saves_no_gpu_random_state_and_ignores_one(runs):
     """Only the training device's generator is saved; a GPU state (attncli 0.2 saved every
     visible GPU's) does not stop a resume on a machine without that GPU."""

@@ -7,6 +7,7 @@ go to safetensors (see `checkpoint.py`); nothing here is pickled.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,7 +36,16 @@ class RunState:
     last_validated: int = -1
     pad_multiple: int = 1   # batches were cut with it; the position means nothing without it
     threads: int = 0        # CPU threads of the process that saved (0: not recorded, before 0.5)
+    data: str = ""          # `data_fingerprint` of the training pairs ("": before 0.5)
     elapsed: float = 0.0    # training seconds (validation and saving not counted)
+
+
+def data_fingerprint(corpus) -> str:
+    """The training pairs' count and a hash of their length columns (`TokenizedSplit`): what
+    the data position indexes, as each epoch's batches are cut from the lengths and the seed."""
+    digest = hashlib.sha256(corpus.src_lens.tobytes())
+    digest.update(corpus.tgt_lens.tobytes())
+    return f"{len(corpus):,} pairs, lengths {digest.hexdigest()[:16]}"
 
 
 def state_record(state: RunState, cfg: TrainConfig, world: World, device: torch.device) -> dict:

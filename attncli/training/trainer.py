@@ -24,7 +24,7 @@ from attncli.resume_rules import model_fingerprint
 from attncli.runs import MetricsLog, RunPaths
 from attncli.subword_sampling import SubwordSampler
 from attncli.training.averaging import average_at_end
-from attncli.training.checkpointing import RunState, resume_run, save_run
+from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
 from attncli.training.feed import UpdateFeed
 from attncli.training.figures import UpdateFigures
 from attncli.training.optim import inverse_sqrt_lr, make_optimizer
@@ -50,7 +50,7 @@ class Trainer:
         self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
         self.precision = resolve_precision(self.cfg.precision, device)
         self.state = RunState(pad_multiple=self._device_pad_multiple(),
-                              threads=torch.get_num_threads())
+                              threads=torch.get_num_threads(), data=data_fingerprint(data.train))
         self.fingerprint = model_fingerprint(config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
@@ -85,6 +85,7 @@ class Trainer:
         self.state, folder = resume_run(self.paths, self.model, self.optimizer, self.cfg,
                                         self.world, self.device, self.fingerprint)
         self.saved_step = self.state.step
+        self._check_same_data(folder)
         chosen = self._device_pad_multiple()
         if chosen != self.state.pad_multiple:
             self.reporter.line(
@@ -93,6 +94,17 @@ class Trainer:
                 f"position counts those batches")
         self._say_if_threads_changed()
         return folder
+
+    def _check_same_data(self, folder: Path) -> None:
+        """The data position (epoch, batch) indexes batches cut from the training pairs'
+        lengths: on other pairs it would point into other batches, so the resume refuses."""
+        now = data_fingerprint(self.data.train)
+        if self.state.data and self.state.data != now:
+            raise AttncliError(
+                f"{folder}: this run trained on other data ({self.state.data}; now {now}), so "
+                f"its data position would point into other batches and it cannot resume "
+                f"exactly; resume it with the data it trained on, or start a new run")
+        self.state.data = now
 
     def _say_if_threads_changed(self) -> None:
         """On CPU the matrix kernels split their work among the threads, and for some shapes
@@ -135,8 +147,8 @@ class Trainer:
                     reason = self._checkpoint_duties(reason)
                 if reason is not None:
                     break
-        state.elapsed = self.clock.seconds()
-        return self._finish(reason, stop.name or "SIGTERM")  # a signal to another process
+            state.elapsed = self.clock.seconds()
+            return self._finish(reason, stop)
 
     def limit_reached(self) -> str | None:
         """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
@@ -177,9 +189,13 @@ class Trainer:
             self.save()
         return reason
 
-    def _finish(self, reason: str, signal_name: str) -> str | None:
+    def _finish(self, reason: str, stop: StopSignal) -> str | None:
         """Validate and save at the end (and average the last saves, `train.average_last`); a
-        non-finite stop saves nothing and is an error."""
+        non-finite stop saves nothing and is an error.
+
+        Still under `stop`: a signal during this end work is held until it is done (a second
+        one stops at once, as during training), so the run ends whole, with exit 0.
+        """
         if reason == "nonfinite":
             last = self.paths.read_pointers().get("last", "none saved yet")
             raise AttncliError(
@@ -190,7 +206,7 @@ class Trainer:
                 f"{self.paths.root} --set train.lr=...`")
         if reason == "signal":
             self.save()
-            return signal_name
+            return stop.name or "SIGTERM"  # the signal reached another process
         if self.state.last_validated != self.state.step:
             self.validate()
         self.save()
@@ -198,6 +214,9 @@ class Trainer:
                            f"{self.state.best_bleu:.2f}; run folder {self.paths.root}")
         if self.cfg.average_last and self.world.primary:
             self.reporter.line(average_at_end(self))
+        if stop.name is not None:
+            self.reporter.line(f"{stop.name} came while the run was ending: its end (validation, "
+                               f"save, averaging) was finished first")
         return None
 
     # -- validation and saving -----------------------------------------------------------------
