@@ -9,6 +9,7 @@ example lands in exactly one batch per epoch.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -212,4 +213,11 @@ def batch_loader(corpus: Collates, batches: Iterable[np.ndarray], multiple: int,
     return torch.utils.data.DataLoader(
         _Collated(corpus, multiple), batch_size=None, sampler=batches,
         num_workers=workers, pin_memory=pin_memory, prefetch_factor=4 if workers else None,
-        generator=torch.Generator())
+        generator=torch.Generator(), worker_init_fn=_leave_ctrl_c_to_the_trainer)
+
+
+def _leave_ctrl_c_to_the_trainer(_worker: int) -> None:
+    """Ctrl-C reaches the terminal's whole process group, so the workers too: they ignore it,
+    and the training process finishes its update and saves. (A worker that quit on it would end
+    the run with an error at the next batch, before the save.)"""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

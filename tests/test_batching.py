@@ -1,13 +1,16 @@
 """Token-budget batches: every pair once per epoch, the longer side within the budget, shapes
 that repeat, exact padding."""
 
+import multiprocessing
+import os
 import random
+import signal
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from attncli.batching import collate, padding_share, round_up, token_batches
+from attncli.batching import batch_loader, collate, padding_share, round_up, token_batches
 from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -91,3 +94,23 @@ def test_padding_share_counts_both_sides():
     # one batch: sources of 3 and 1 ids, targets of 2 and 1 (+1 each): 9 real of 2 x (3 + 3)
     share = padding_share([np.array([0, 1])], np.array([3, 1]), np.array([2, 1]))
     assert share == pytest.approx(1 - 9 / 12)
+
+
+class _Numbered:
+    """A corpus stand-in: pair i is the source [i + 4, EOS] and the target [i + 4]."""
+
+    def collate(self, pairs: np.ndarray, multiple: int = 1):
+        return collate([[int(i) + 4, EOS_ID] for i in pairs], [[int(i) + 4] for i in pairs],
+                       multiple)
+
+
+def test_a_ctrl_c_at_a_collating_worker_leaves_it_collating():
+    """Ctrl-C reaches the terminal's whole process group, the loader's workers too: one that
+    quit on it made the trainer's next batches fail (an error, before the trainer's save)."""
+    loader = iter(batch_loader(_Numbered(), (np.array([i]) for i in range(40)), 1, workers=1,
+                               pin_memory=False))
+    first = next(loader)
+    (worker,) = multiprocessing.active_children()
+    os.kill(worker.pid, signal.SIGINT)
+    batches = [first, *loader]
+    assert [batch.src[0, 0].item() for batch in batches] == [i + 4 for i in range(40)]
