@@ -8,8 +8,9 @@ For each engine asked: `attncli eval RUN --beam B --json` first (its sentences/s
 only, the baseline); then one server (`attncli serve RUN --port 0`, loopback only), warmed up,
 and for each client count a round of `--seconds`: every client (a thread with one keep-alive
 connection) posts the test sentences in turn to /v1/translate, one a request, until the time
-is up, and waits for its last answer. Per round: sentences/s, latency p50/p95/p99, errors, and
-the server's resident memory at the start and at the end. Each round is bounded in time and
+is up, and waits for its last answer. Per round: sentences/s, latency p50/p95/p99, errors, the
+CPU cores the server and the load generator kept busy (their CPU seconds over the round's),
+and the server's resident memory at the start and at the end. Each round is bounded in time and
 in requests (--max-requests). Run it on an otherwise idle machine: the table says which.
 """
 
@@ -51,6 +52,12 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds that process ``pid`` has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def eval_speed(run: Path, beam: int, engine: str) -> float:
@@ -137,9 +144,14 @@ def measure(run: Path, engine: str, args) -> dict:
             rounds = []
             for clients in args.clients:
                 before = server.request("/health").json
+                processes = {"server_cores": server.process.pid, "client_cores": os.getpid()}
+                cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
                 rounds.append(Round(server.url, sentences, args.beam, clients, args.seconds,
                                     args.max_requests).run())
                 after = server.request("/health").json
+                for name, pid in processes.items():  # CPU cores each process kept busy
+                    busy = cpu_seconds(pid) - cpu_before[name]
+                    rounds[-1][name] = round(busy / rounds[-1]["seconds"], 2)
                 batches = after["batches"] - before["batches"]
                 rounds[-1]["mean_batch"] = round((after["decoded"] - before["decoded"])
                                                  / max(batches, 1), 1)
