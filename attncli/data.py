@@ -32,8 +32,10 @@ import codecs
 import functools
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attncli.atomic import staged_folder
 from attncli.config import DataConfig
@@ -103,7 +105,16 @@ def data_dirs() -> list[Path]:
 
 
 def _local_candidates(name: str) -> list[Path]:
-    return [Path(name), *(d / name for d in data_dirs())]
+    """Where a data set may be: the name as a path, in each data folder, and (for a Hub id)
+    the copy its download kept."""
+    return [Path(name), *(d / name for d in data_dirs()),
+            *([_hub_copy(name)] if "/" in name else [])]
+
+
+def _hub_copy(name: str) -> Path:
+    """Where a download from the Hub is kept: data/<owner>__<name> (one folder, no owner
+    folder that a local data set of that name could be mistaken for)."""
+    return Path("data") / name.replace("/", "__")
 
 
 def _has_split_file(folder: Path) -> bool:
@@ -155,7 +166,7 @@ def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path
                            f"{advice}, or name a Hub data set as owner/name")
     label = layout.label if layout else f"{hub_id} ({subset})" if subset else hub_id
     advice = f"run once where the Hugging Face Hub is reachable (the copy is kept), or {advice}"
-    target = Path("data") / name.replace("/", "__") / (subset or "")
+    target = _hub_copy(name) / (subset or "")
     if target.is_dir() and not any(target.iterdir()):
         target.rmdir()
     if target.exists():
@@ -315,19 +326,35 @@ def open_split(source: SplitSource):
     if source.is_table:
         (path,) = source.files
         if path.suffix == ".tsv":
-            ds = datasets.load_dataset("csv", data_files=str(path), delimiter="\t",
-                                       split="train", quoting=3, keep_default_na=False)
+            ds = _read(path, lambda: datasets.load_dataset(
+                "csv", data_files=str(path), delimiter="\t", split="train", quoting=3,
+                keep_default_na=False))
         else:
-            ds = datasets.load_dataset("json", data_files=str(path), split="train")
+            ds = _read(path, lambda: datasets.load_dataset("json", data_files=str(path),
+                                                           split="train"))
         return _language_columns(ds, path, source.src, source.tgt)
-    columns = [datasets.load_dataset("text", data_files=str(path), split="train",
-                                     keep_linebreaks=False) for path in source.files]
+    columns = [_read(path, lambda path=path: datasets.load_dataset(
+        "text", data_files=str(path), split="train", keep_linebreaks=False))
+        for path in source.files]
     if len(columns[0]) != len(columns[1]):
         raise AttncliError(f"{source.files[0]} and {source.files[1]} have different line "
                            f"counts ({len(columns[0])} vs {len(columns[1])})")
     return datasets.concatenate_datasets(
         [columns[0].rename_column("text", "src"), columns[1].rename_column("text", "tgt")],
         axis=1)
+
+
+def _read(path: Path, load: Callable[[], Any]) -> Any:
+    """`load()`, a `datasets` read of the data file `path`; its failure (a malformed JSON line,
+    a row with an extra tab: the library's exceptions vary) as one line naming the file."""
+    if path.stat().st_size == 0:
+        raise AttncliError(f"{path}: the file is empty")
+    try:
+        return load()
+    except Exception as err:  # whatever the parser raised, the cause is in the file
+        cause = err.__cause__ or err
+        reason = " ".join(str(cause).split())[:200] or type(cause).__name__
+        raise AttncliError(f"{path}: cannot be read as a data file ({reason})") from None
 
 
 def _language_columns(ds, source: Path, src: str, tgt: str):
@@ -341,6 +368,10 @@ def _language_columns(ds, source: Path, src: str, tgt: str):
     if missing:
         raise AttncliError(f"{source}: no language {missing[0]!r} in this data set "
                            f"(it has: {', '.join(have)})")
+    for lang in (src, tgt):
+        kind = getattr(ds.features[prefix + lang], "dtype", "a structure")
+        if kind not in ("string", "large_string", "null"):
+            raise AttncliError(f"{source}: the {lang!r} values are {kind}, not text")
     ds = ds.select_columns([prefix + src, prefix + tgt])
     return ds.rename_columns({prefix + src: "src", prefix + tgt: "tgt"})
 

@@ -50,6 +50,32 @@ def test_a_single_file_has_no_val_split_of_its_own(tmp_path):
         load_split(DataConfig(dataset=str(pairs)), "val")
 
 
+@pytest.mark.parametrize("train_text, message", [
+    ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', "cannot be read as a data"),
+    ("", "the file is empty"),
+    ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', "the 'en' values are int64, not text"),
+])
+def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp_path,
+                                                                    train_text, message):
+    """A malformed JSON line, an empty file, numbers for text: exit 2 naming the file, not a
+    traceback of the parser's."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for split in ("val", "test"):
+        (folder / f"{split}.jsonl").write_bytes((data_dir / "multi30k" / f"{split}.jsonl")
+                                                .read_bytes())
+    (folder / "train.jsonl").write_text(train_text, "utf-8")
+    result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.dataset={folder}"])
+    assert_one_line_error(result, f"{folder / 'train.jsonl'}: {message}")
+
+
+def test_a_tsv_row_with_a_tab_too_many_is_one_line_naming_the_file(tmp_path):
+    table = tmp_path / "pairs.tsv"
+    table.write_text("en\tde\nA dog.\tEin Hund.\nA cat.\tEine\tKatze.\n", "utf-8")
+    with pytest.raises(AttncliError, match=f"{table}: cannot be read as a data file"):
+        load_split(DataConfig(dataset=str(tmp_path), val=str(table)), "val")
+
+
 @pytest.mark.parametrize("sets, message", [
     (["data.max_len=300"], "data.max_len (300, padded to a multiple of 8: 304) exceeds "
                            "model.max_positions (256); lower data.max_len to 256"),

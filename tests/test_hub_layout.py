@@ -113,3 +113,26 @@ def test_a_hub_subset_is_downloaded_into_its_own_folder(tmp_path, monkeypatch):
     with pytest.raises(AttncliError, match="BuilderConfig 'xx-en' not found. Available"):
         resolve_dataset("wmt14", "xx-en")
     assert sorted(p.name for p in (tmp_path / "data" / "wmt14").iterdir()) == ["de-en"]
+
+
+def test_an_owner_name_data_set_is_found_where_its_download_was_kept(tmp_path, monkeypatch):
+    """A Hub id is kept as data/<owner>__<name>; every later lookup (training looks several
+    times) must find it there, not download again or call it an empty folder."""
+    import datasets
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
+    asked, real = [], datasets.load_dataset
+
+    def load_dataset(hub_id: str, subset: str | None = None, **kwargs):
+        if hub_id == "json":  # reading the saved copy
+            return real(hub_id, subset, **kwargs)
+        asked.append(hub_id)
+        return {split: _HubSplit(_nested_rows(n, i)) for i, (split, n) in enumerate(SPLITS.items())}
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    cfg = DataConfig(dataset="someone/corpus")
+    assert len(load_split(cfg, "val")) == 20
+    assert len(load_split(cfg, "test")) == 30  # before: "exists but holds no data set"
+    assert resolve_dataset("someone/corpus") == Path("data") / "someone__corpus"
+    assert asked == ["someone/corpus"]
