@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,7 +70,8 @@ def staged_folder(final: Path) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f"{TEMP_PREFIX}{final.name}."))
+    staging = Path(tempfile.mkdtemp(dir=final.parent,
+                                    prefix=f"{TEMP_PREFIX}{final.name}.{_writer()}."))
     try:
         yield staging
         for item in staging.iterdir():
@@ -89,10 +92,37 @@ def remove_folder(folder: Path) -> None:
     shutil.rmtree(doomed)
 
 
-def remove_temp_entries(folder: Path, name: str = "*") -> None:
-    """Clear what interrupted writes of `name` (a glob) left in `folder`."""
+def remove_temp_entries(folder: Path, name: str = "*", abandoned_only: bool = False) -> None:
+    """Clear what interrupted writes of `name` (a glob) left in `folder`; with
+    `abandoned_only`, not the temp folders that a live process may still be filling (where
+    several processes may build the same entry: a shared data cache)."""
     for item in Path(folder).glob(f"{TEMP_PREFIX}{name}"):
+        if abandoned_only and _being_written(item):
+            continue
         if item.is_dir():
             shutil.rmtree(item, ignore_errors=True)
         else:
             item.unlink(missing_ok=True)
+
+
+def _writer() -> str:
+    """This process as a staged folder's name carries it: host (dots made _) and PID."""
+    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+
+
+def _being_written(item: Path) -> bool:
+    """Whether the staged folder `item` may still be filled by its writer: one on another
+    host cannot be checked (so it may), one of a process of this host that is gone is not."""
+    host = socket.gethostname().replace(".", "_")
+    writer = re.search(r"\.([^.]+)-(\d+)\.[^.]+$", item.name)
+    if writer is None:  # named before writers were recorded: left by a killed write
+        return False
+    if writer.group(1) != host:
+        return True
+    try:
+        os.kill(int(writer.group(2)), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True

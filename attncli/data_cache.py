@@ -43,13 +43,14 @@ def cache_key(parts: dict[str, Any]) -> str:
 def write_entry(folder: Path, fill: Callable[[Path], None]) -> None:
     """`fill` a temp folder that becomes the cache entry `folder` in one rename.
 
-    A damaged entry is removed first, and so are the temp folders a killed build of it left.
+    A damaged entry is removed first, and so are the temp folders a killed build of it left
+    (not those of a build still running in another process: several may start at once).
     When the rename finds the entry there, another process built it meanwhile: theirs is kept.
     Anything else the disk refuses is one line, and nothing is kept.
     """
     if folder.exists():
         remove_folder(folder)
-    remove_temp_entries(folder.parent, f"{folder.name}.*")
+    remove_temp_entries(folder.parent, f"{folder.name}.*", abandoned_only=True)
     try:
         with staged_folder(folder) as staging:
             fill(staging)

@@ -4,6 +4,8 @@ entry is damaged; batches fed by worker processes in exactly the sampler's order
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from conftest import toy_pairs, write_toy_corpus
 from helpers import SMALL, assert_one_line_error, run_cli
 
 from attncli import token_cache
+from attncli.atomic import TEMP_PREFIX, remove_temp_entries, staged_folder
 from attncli.batching import batch_loader, token_batches
 from attncli.config import Config, DataConfig, TokenizerConfig
 from attncli.corpus import prepare_training_data, sampled_texts
@@ -245,3 +248,24 @@ def test_a_split_survives_pickling_for_spawned_workers(toy, tmp_path):
     copy = pickle.loads(pickle.dumps(data.train))
     tokenizer = tokenizer_from_bytes(data.models)
     assert _ids(copy, tokenizer) == _ids(data.train, tokenizer)
+
+
+def test_a_shared_cache_keeps_the_temp_folders_of_builders_still_running(tmp_path):
+    """Several processes may build one cache entry at once (two runs started together, the
+    ranks of a node): each clears what killed builds left, never a live builder's folder."""
+    host = socket.gethostname().replace(".", "_")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a builder of this host that is no more
+    with staged_folder(tmp_path / "abc") as mine:  # this process's own, still being written
+        left = {"killed": tmp_path / f"{TEMP_PREFIX}abc.{host}-{gone.pid}.x2",
+                "unnamed": tmp_path / f"{TEMP_PREFIX}abc.x3",  # written before 0.5
+                "elsewhere": tmp_path / f"{TEMP_PREFIX}abc.otherhost-1.x4"}
+        for folder in left.values():
+            folder.mkdir()
+        remove_temp_entries(tmp_path, "abc.*", abandoned_only=True)
+        assert mine.is_dir() and left["elsewhere"].is_dir()
+        assert not left["killed"].exists() and not left["unnamed"].exists()
+        (mine / "done").write_text("built")
+    assert (tmp_path / "abc" / "done").read_text() == "built"
+    remove_temp_entries(tmp_path, "abc.*")  # a checkpoint's single writer clears them all
+    assert not left["elsewhere"].exists()
