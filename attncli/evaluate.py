@@ -138,7 +138,14 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
 
     trained.engine = open_engine(trained.paths.root, exported, trained.tokenizer,
                                  trained.config.decode)
-    trained.checkpoint = Path(trained.engine.metadata["checkpoint"])
+    made_from = trained.engine.metadata["checkpoint"]
+    if checkpoint != "auto" and made_from != trained.checkpoint.name:
+        raise AttncliError(
+            f"--checkpoint {checkpoint} is {trained.checkpoint.name}, but the CTranslate2 "
+            f"export was made from {made_from}: export it again (`attncli export {run_dir} "
+            f"--to ctranslate2 --checkpoint {checkpoint}`), or leave --checkpoint out to use "
+            f"the export as it is")
+    trained.checkpoint = Path(made_from)
     return trained
 
 

@@ -63,6 +63,22 @@ def test_translate_with_either_engine(run, data_dir):
     assert theirs.stdout == ours.stdout and ours.stdout.strip()
 
 
+def test_a_checkpoint_the_export_was_not_made_from_is_refused(run, data_dir, tmp_path):
+    """`--checkpoint` with `--engine ctranslate2` names what the export must have been made
+    from: another one is an error saying how to export it (it was silently ignored)."""
+    copy = Path(shutil.copytree(run, tmp_path / "copy"))
+    metadata = copy / "ctranslate2" / "attncli.json"
+    made = json.loads(metadata.read_text())
+    metadata.write_text(json.dumps({**made, "checkpoint": "step-30"}))
+    asked = run_cli("eval", str(copy), "--engine", "ctranslate2", "--checkpoint", "step-60",
+                    "--beam", "1", data_dir=data_dir)
+    assert_one_line_error(asked, "--checkpoint step-60 is step-60, but the CTranslate2 export "
+                                 "was made from step-30: export it again")
+    plain = run_cli("eval", str(copy), "--engine", "ctranslate2", "--beam", "1", "--json",
+                    data_dir=data_dir)
+    assert plain.returncode == 0 and json.loads(plain.stdout)["checkpoint"] == "step-30"
+
+
 def test_int8_export_translates(run, data_dir, tmp_path):
     folder = tmp_path / "int8"
     result = run_cli("export", str(run), "--quantization", "int8", "--output", str(folder))
