@@ -87,10 +87,13 @@ class _HubSplit:
         Path(path).write_text("".join(json.dumps(r) + "\n" for r in self.rows), "utf-8")
 
 
-def test_a_hub_subset_is_downloaded_into_its_own_folder(tmp_path, monkeypatch):
+def _offline_hub(monkeypatch, cwd: Path, subsets: tuple[str | None, ...]) -> list[tuple]:
+    """`datasets.load_dataset` answering for the Hub from the toy splits (for each of
+    `subsets`; another subset is the Hub's error), reading saved copies for real; run in `cwd`
+    with no data folder. Returns the list of (hub id, subset) asked of the Hub."""
     import datasets
 
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(cwd)
     monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
     asked, real = [], datasets.load_dataset
 
@@ -98,11 +101,16 @@ def test_a_hub_subset_is_downloaded_into_its_own_folder(tmp_path, monkeypatch):
         if hub_id == "json":  # reading the saved copy
             return real(hub_id, subset, **kwargs)
         asked.append((hub_id, subset))
-        if subset != "de-en":
+        if subset not in subsets:
             raise ValueError(f"BuilderConfig '{subset}' not found. Available: ['cs-en', 'de-en']")
         return {split: _HubSplit(_nested_rows(n, i)) for i, (split, n) in enumerate(SPLITS.items())}
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return asked
+
+
+def test_a_hub_subset_is_downloaded_into_its_own_folder(tmp_path, monkeypatch):
+    asked = _offline_hub(monkeypatch, tmp_path, ("de-en",))
     cfg = DataConfig(dataset="wmt14", subset="de-en")
     assert len(load_split(cfg, "val")) == 20
     assert asked == [("wmt/wmt14", "de-en")]
@@ -118,21 +126,9 @@ def test_a_hub_subset_is_downloaded_into_its_own_folder(tmp_path, monkeypatch):
 def test_an_owner_name_data_set_is_found_where_its_download_was_kept(tmp_path, monkeypatch):
     """A Hub id is kept as data/<owner>__<name>; every later lookup (training looks several
     times) must find it there, not download again or call it an empty folder."""
-    import datasets
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
-    asked, real = [], datasets.load_dataset
-
-    def load_dataset(hub_id: str, subset: str | None = None, **kwargs):
-        if hub_id == "json":  # reading the saved copy
-            return real(hub_id, subset, **kwargs)
-        asked.append(hub_id)
-        return {split: _HubSplit(_nested_rows(n, i)) for i, (split, n) in enumerate(SPLITS.items())}
-
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    asked = _offline_hub(monkeypatch, tmp_path, (None,))
     cfg = DataConfig(dataset="someone/corpus")
     assert len(load_split(cfg, "val")) == 20
     assert len(load_split(cfg, "test")) == 30  # before: "exists but holds no data set"
     assert resolve_dataset("someone/corpus") == Path("data") / "someone__corpus"
-    assert asked == ["someone/corpus"]
+    assert asked == [("someone/corpus", None)]
