@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -121,6 +121,10 @@ class ModelConfig(_Section):
         return self
 
 
+# An AdamW beta: 1 zeroes its bias correction (the weights turn NaN), so [0, 1) as torch asks.
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class TrainConfig(_Section):
     seed: int = Field(1234, ge=0, le=2**32 - 1, description="Seed for init, dropout and "
                       "shuffling (numpy's generators take no negative seed).")
@@ -149,7 +153,7 @@ class TrainConfig(_Section):
     log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
     warmup_steps: int = Field(300, ge=0, description="Linear warm-up, then 1/sqrt(step) decay.")
-    betas: tuple[float, float] = Field((0.9, 0.98), description="AdamW betas.")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.98), description="AdamW betas, each in [0, 1).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="Label smoothing of the loss.")
     subword_alpha: float = Field(

@@ -56,6 +56,8 @@ def test_all_shipped_configs_validate():
         ("", ["train.pad_multiple=eight"], "train.pad_multiple: expected a whole number"),
         ("", ["train.max_stpes=5"], "train.max_stpes: unknown key (did you mean train.max_steps?)"),
         ("", ["train.max_steps"], "expected KEY=VALUE"),
+        ("", ["train.betas=[0.9,1.0]"], "train.betas"),  # no bias correction: NaN weights
+        ("", ["train.betas=[-0.1,0.98]"], "train.betas"),
         ("- just\n- a list\n", [], "expected a mapping"),
     ],
 )
