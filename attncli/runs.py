@@ -29,6 +29,7 @@ from attncli.atomic import atomic_write_text
 from attncli.config import Config, load_config
 from attncli.errors import AttncliError
 from attncli.resume_rules import check_resume_changes
+from attncli.tensorboard_log import tensorboard_wanted
 
 STEP_FOLDER = re.compile(r"step-(\d+)")
 
@@ -233,8 +234,10 @@ def training_config(config_path: Path | None, overrides: list[str], resume: Path
     if name is not None:
         check_run_name(name)
     if resume is None:
-        return load_config(config_path, overrides), None
-    paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0
-    wanted = load_config(paths.config, overrides)
-    check_resume_changes(load_config(paths.config), wanted, str(resume))
-    return wanted, paths
+        config, paths = load_config(config_path, overrides), None
+    else:
+        paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0
+        config = load_config(paths.config, overrides)
+        check_resume_changes(load_config(paths.config), config, str(resume))
+    tensorboard_wanted(config.train.tensorboard)  # true without it installed: said now
+    return config, paths

@@ -8,6 +8,7 @@ to it when it is installed. metrics.jsonl stays the record attncli itself reads.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,19 @@ class TensorBoardLog:
 def open_tensorboard(setting: bool | str, folder: Path,
                      resumed_at: int | None) -> TensorBoardLog | None:
     """The log `train.tensorboard` asks for, or None (off, or `auto` without tensorboard)."""
-    if setting is False:
-        return None
-    try:
-        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it)
-    except ImportError:
-        if setting is True:
-            raise AttncliError("train.tensorboard is true but tensorboard is not installed: "
-                               "pip install 'attncli[tensorboard]', or set it to auto") from None
-        return None
-    return TensorBoardLog(folder, resumed_at)
+    return TensorBoardLog(folder, resumed_at) if tensorboard_wanted(setting) else None
+
+
+def tensorboard_wanted(setting: bool | str) -> bool:
+    """Whether `train.tensorboard` logs: true, or auto where tensorboard is installed (which
+    torch.utils.tensorboard needs); true without it is an error. Checked before a run starts,
+    so the error comes before any data is prepared."""
+    installed = _installed()
+    if setting is True and not installed:
+        raise AttncliError("train.tensorboard is true but tensorboard is not installed: "
+                           "pip install 'attncli[tensorboard]', or set it to auto")
+    return setting is not False and installed
+
+
+def _installed() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None

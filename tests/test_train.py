@@ -213,6 +213,14 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
     torch._dynamo.reset()
 
 
+def test_tensorboard_true_without_it_is_refused_before_any_work(data_dir, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setattr("attncli.tensorboard_log._installed", lambda: False)
+    result = train(data_dir, tmp_path, SMALL, sets=["train.tensorboard=true"])
+    assert_one_line_error(result, "train.tensorboard is true but tensorboard is not installed")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # no run folder left behind
+
+
 def test_tensorboard_events_hold_the_metrics_scalars(data_dir, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
