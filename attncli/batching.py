@@ -213,11 +213,13 @@ def batch_loader(corpus: Collates, batches: Iterable[np.ndarray], multiple: int,
     return torch.utils.data.DataLoader(
         _Collated(corpus, multiple), batch_size=None, sampler=batches,
         num_workers=workers, pin_memory=pin_memory, prefetch_factor=4 if workers else None,
-        generator=torch.Generator(), worker_init_fn=_leave_ctrl_c_to_the_trainer)
+        generator=torch.Generator(), worker_init_fn=_leave_stops_to_the_trainer)
 
 
-def _leave_ctrl_c_to_the_trainer(_worker: int) -> None:
-    """Ctrl-C reaches the terminal's whole process group, so the workers too: they ignore it,
-    and the training process finishes its update and saves. (A worker that quit on it would end
-    the run with an error at the next batch, before the save.)"""
+def _leave_stops_to_the_trainer(_worker: int) -> None:
+    """A terminal's Ctrl-C reaches its whole process group, and torchrun signals each rank's
+    group with SIGTERM, so the workers get them too: they ignore both, and the training process
+    finishes its update and saves. (A worker that quit on one made the trainer's next batches
+    fail before the save; the workers still end with the trainer, as torch ends them.)"""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

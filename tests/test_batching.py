@@ -104,13 +104,15 @@ class _Numbered:
                        multiple)
 
 
-def test_a_ctrl_c_at_a_collating_worker_leaves_it_collating():
-    """Ctrl-C reaches the terminal's whole process group, the loader's workers too: one that
-    quit on it made the trainer's next batches fail (an error, before the trainer's save)."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_at_a_collating_worker_leaves_it_collating(stop):
+    """Ctrl-C reaches the terminal's whole process group, torchrun's SIGTERM each rank's, the
+    loader's workers too: one that quit on it made the trainer's next batches fail (an error,
+    before the trainer's save)."""
     loader = iter(batch_loader(_Numbered(), (np.array([i]) for i in range(40)), 1, workers=1,
                                pin_memory=False))
     first = next(loader)
     (worker,) = multiprocessing.active_children()
-    os.kill(worker.pid, signal.SIGINT)
+    os.kill(worker.pid, stop)
     batches = [first, *loader]
     assert [batch.src[0, 0].item() for batch in batches] == [i + 4 for i in range(40)]
