@@ -106,18 +106,22 @@ def remove_temp_entries(folder: Path, name: str = "*", abandoned_only: bool = Fa
 
 
 def _writer() -> str:
-    """This process as a staged folder's name carries it: host (dots made _) and PID."""
-    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+    """This process as a staged folder's name carries it: host and PID."""
+    return f"{_host()}-{os.getpid()}"
+
+
+def _host() -> str:
+    """This host's name with its dots made _, so that a name's dots still separate its parts."""
+    return socket.gethostname().replace(".", "_")
 
 
 def _being_written(item: Path) -> bool:
     """Whether the staged folder `item` may still be filled by its writer: one on another
     host cannot be checked (so it may), one of a process of this host that is gone is not."""
-    host = socket.gethostname().replace(".", "_")
     writer = re.search(r"\.([^.]+)-(\d+)\.[^.]+$", item.name)
     if writer is None:  # named before writers were recorded: left by a killed write
         return False
-    if writer.group(1) != host:
+    if writer.group(1) != _host():
         return True
     try:
         os.kill(int(writer.group(2)), 0)

@@ -181,9 +181,8 @@ def _current_average(paths: RunPaths) -> bool:
     if not paths.averaged.is_dir():
         return False
     try:
-        averaged = json.loads((paths.averaged / STATE_FILE).read_text("utf-8"))["averaged_steps"]
-        newest = max(int(step) for step in averaged)
-    except (OSError, ValueError, KeyError, TypeError):
+        newest = max(int(step) for step in read_state(paths.averaged)["averaged_steps"])
+    except (AttncliError, KeyError, TypeError, ValueError):
         return True
     last = paths.pointed_steps().get("last")
     return last is None or newest >= last

@@ -49,8 +49,9 @@ class Trainer:
         self.reporter, self.world = reporter, world or World()
         self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
         self.precision = resolve_precision(self.cfg.precision, device)
+        self.data_fingerprint = data_fingerprint(data.train)
         self.state = RunState(pad_multiple=self._device_pad_multiple(),
-                              threads=torch.get_num_threads(), data=data_fingerprint(data.train))
+                              threads=torch.get_num_threads(), data=self.data_fingerprint)
         self.fingerprint = model_fingerprint(config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
@@ -98,7 +99,7 @@ class Trainer:
     def _check_same_data(self, folder: Path) -> None:
         """The data position (epoch, batch) indexes batches cut from the training pairs'
         lengths: on other pairs it would point into other batches, so the resume refuses."""
-        now = data_fingerprint(self.data.train)
+        now = self.data_fingerprint
         if self.state.data and self.state.data != now:
             raise AttncliError(
                 f"{folder}: this run trained on other data ({self.state.data}; now {now}), so "
