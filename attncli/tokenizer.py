@@ -43,6 +43,24 @@ def normalization_rule(setting: str, languages: Sequence[str]) -> str:
     return "nmt_nfkc"
 
 
+# Lists shorter than this are encoded text by text (see encode_texts).
+POOLED_ENCODE_MIN = 256
+
+
+def encode_texts(model: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's subword ids: a long list through SentencePiece's thread pool, a short one
+    text by text.
+
+    Why: SentencePiece encodes a list with a pool of threads that it starts on each call, which
+    pays for thousands of sentences (data preparation) but costs a short list (a server request,
+    a `translate` line) many times its encoding, and far more on a machine whose cores are busy
+    decoding (benchmarks/MEASUREMENTS.md). The ids are the same either way.
+    """
+    if len(texts) >= POOLED_ENCODE_MIN:
+        return model.encode(list(texts))
+    return [model.encode(text) for text in texts]
+
+
 class Tokenizer:
     """Source and target SentencePiece models (the same object when the vocabulary is joint)."""
 
@@ -64,11 +82,11 @@ class Tokenizer:
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
         """Subword ids followed by EOS (the encoder needs no BOS)."""
-        return [ids + [EOS_ID] for ids in self.src.encode(list(texts))]
+        return [ids + [EOS_ID] for ids in encode_texts(self.src, texts)]
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
         """Subword ids without BOS/EOS; batching adds them for teacher forcing."""
-        return self.tgt.encode(list(texts))
+        return encode_texts(self.tgt, texts)
 
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Ids (BOS/EOS/pad are dropped) -> detokenized text."""

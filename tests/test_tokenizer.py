@@ -35,3 +35,20 @@ def test_a_chinese_target_keeps_its_punctuation(tmp_path):
 
 def test_nmt_nfkc_turns_it_into_ascii(tmp_path):
     assert _round_trip(tmp_path, "nmt_nfkc", ("en", "zh"), "你好，你好嗎？") == "你好,你好嗎?"
+
+
+def test_short_and_long_lists_encode_alike(tmp_path, monkeypatch):
+    """A short list is encoded text by text, a long one through SentencePiece's pool: the ids
+    of a text are the same either way, and each list keeps its order."""
+    from attncli import tokenizer as tokenizer_module
+
+    cfg = TokenizerConfig(vocab_size=120)
+    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), ("en", "zh"))
+    texts = [f"{text} {i}" for i, text in enumerate(EN * 3)]  # 300 texts, each one different
+    assert len(texts) >= tokenizer_module.POOLED_ENCODE_MIN
+    pooled = tokenizer.encode_src(texts)
+    monkeypatch.setattr(tokenizer_module, "POOLED_ENCODE_MIN", len(texts) + 1)
+    one_by_one = tokenizer.encode_src(texts)
+    assert one_by_one == pooled
+    assert [tokenizer.encode_src([text])[0] for text in texts[:5]] == pooled[:5]
+    assert all(ids[-1] == tokenizer.eos_id for ids in pooled)
