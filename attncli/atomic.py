@@ -84,6 +84,29 @@ def staged_folder(final: Path) -> Iterator[Path]:
     fsync_path(final.parent)
 
 
+@contextmanager
+def replaced_folder(final: Path) -> Iterator[Path]:
+    """`staged_folder` for a `final` that may exist: the old folder is renamed aside just before
+    the new one is renamed in, and deleted after. A kill leaves the old folder or the new one
+    at `final` (between the two renames, the old one under a `.tmp-` name); an error restores
+    the old one."""
+    final = Path(final)
+    aside = final.with_name(f"{TEMP_PREFIX}{final.name}.{os.urandom(4).hex()}.old")
+    moved = False
+    try:
+        with staged_folder(final) as staging:
+            yield staging
+            if final.exists():
+                os.rename(final, aside)
+                moved = True
+    except BaseException:
+        if moved and not final.exists():
+            os.rename(aside, final)
+        raise
+    if moved:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def remove_folder(folder: Path) -> None:
     """Delete a folder so that a kill midway leaves a `.tmp-` name, never a half-empty original."""
     folder = Path(folder)

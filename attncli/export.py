@@ -16,13 +16,13 @@ EOS appended and decoding starts from our BOS, as attncli's own search does.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attncli.atomic import remove_temp_entries, replaced_folder
 from attncli.errors import AttncliError
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def write_spec(spec, folder: Path, quantization: str) -> None:
         def _load(self):
             return spec
 
-    _FromSpec().convert(str(folder), quantization=quantization)
+    _FromSpec().convert(str(folder), quantization=quantization, force=True)  # folder: empty
 
 
 def open_translator(folder: Path, threads: int):
@@ -147,24 +147,36 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
 
     trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
     _check_exportable(trained.config)
-    target = output or trained.paths.root / DEFAULT_FOLDER
-    if target.exists() and not force:
-        raise AttncliError(f"{target} exists; give --force to replace it, or --output another "
-                           "folder")
+    target = _export_target(output or trained.paths.root / DEFAULT_FOLDER, trained.paths.root,
+                            force)
     spec = build_spec(trained.model, _pieces(trained.tokenizer.src),
                       _pieces(trained.tokenizer.tgt))
-    staging = target.with_name(f".tmp-{target.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    write_spec(spec, staging, quantization)
-    (staging / METADATA).write_text(json.dumps({
-        "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
-        "quantization": quantization, "max_positions": trained.config.model.max_positions},
-        indent=1))
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    remove_temp_entries(target.parent, f"{target.name}.*", abandoned_only=True)
+    with replaced_folder(target) as staging:
+        write_spec(spec, staging, quantization)
+        (staging / METADATA).write_text(json.dumps({
+            "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
+            "quantization": quantization, "max_positions": trained.config.model.max_positions},
+            indent=1))
     print(f"exported {trained.paths.root} ({trained.checkpoint.name}) to {target} "
           f"({quantization})")
     return target
+
+
+def _export_target(target: Path, run_root: Path, force: bool) -> Path:
+    """The folder to write, refused where replacing it could lose what is not an export: the
+    run itself, a folder holding it, a file, or any folder without our metadata."""
+    where = target.resolve()
+    if where == run_root.resolve() or where in run_root.resolve().parents:
+        raise AttncliError(f"--output {target}: that folder holds the run itself; export to a "
+                           "folder of its own")
+    if where.exists() and not (where / METADATA).is_file():
+        raise AttncliError(f"{target} exists and is not a CTranslate2 export made by attncli; "
+                           "it is left as it is: --output a new folder")
+    if where.exists() and not force:
+        raise AttncliError(f"{target} exists; give --force to replace it, or --output another "
+                           "folder")
+    return where
 
 
 class CTranslate2Engine:

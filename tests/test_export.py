@@ -103,6 +103,36 @@ def test_bad_export_input_is_one_line(run, data_dir, tmp_path, args, expected):
     assert_one_line_error(run_cli(*filled, data_dir=data_dir), expected)
 
 
+@pytest.mark.parametrize(("output", "expected"), [
+    ("{run}", "holds the run itself"), ("{run}/..", "holds the run itself"),
+    ("{run}/checkpoints", "not a CTranslate2 export"), ("{tmp}/notes.txt", "not a CTranslate2"),
+    ("{tmp}/mine", "not a CTranslate2 export"),
+])
+def test_export_never_replaces_what_is_not_an_export(run, tmp_path, output, expected):
+    """--force replaces an earlier export only: the run, a folder holding it, a file or a
+    folder of the user's stay as they are."""
+    (tmp_path / "notes.txt").write_text("keep me")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "data.txt").write_text("keep me too")
+    before = sorted(p.relative_to(run.parent) for p in run.parent.rglob("*"))
+    target = output.format(run=run, tmp=tmp_path)
+    assert_one_line_error(run_cli("export", str(run), "--output", target, "--force"), expected)
+    assert sorted(p.relative_to(run.parent) for p in run.parent.rglob("*")) == before
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+    assert (tmp_path / "mine" / "data.txt").read_text() == "keep me too"
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_force_replaces_an_earlier_export_whole(run, tmp_path):
+    folder = tmp_path / "export"
+    for quantization in ("float32", "int8"):
+        result = run_cli("export", str(run), "--output", str(folder), "--quantization",
+                         quantization, "--force")
+        assert result.returncode == 0, result.stderr
+        assert json.loads((folder / "attncli.json").read_text())["quantization"] == quantization
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # nothing left aside
+
+
 def test_a_run_never_exported_says_how(data_dir, tmp_path, run):
     bare = tmp_path / "bare"
     bare.mkdir()
