@@ -51,6 +51,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
+def output_file_problem(path: Path) -> str | None:
+    """Why a file could not be written at `path` (None if it can be tried): checked before a
+    command's work, so that work is not lost to a name that was never usable."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder; give a file name"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} is a file, not a folder"
+    return None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 

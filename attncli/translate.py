@@ -1,8 +1,10 @@
 """`attncli translate`: sentences from arguments, a file or standard input, through a run.
 
 Input is read and translated in chunks, so a pipe of any size streams through in bounded
-memory. A bad line (empty, not UTF-8) is reported on stderr with its number while the others
-are still translated; the command then exits 2. The model loads once per invocation.
+memory. A bad line (empty, not UTF-8, a NUL byte) is reported on stderr with its number while
+the others are still translated, and its place in the output is an empty line (under --json a
+record with its error), so output line k is input line k; the command then exits 2. Output
+names that could never be written are refused before the model loads once per invocation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from attncli.atomic import output_file_problem
 from attncli.average import describe
 from attncli.errors import AttncliError
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
@@ -41,6 +44,8 @@ class _Input:
 
 
 def _check(number: int, label: str, text: str) -> _Input:
+    if "\x00" in text:  # valid UTF-8, but not text: UTF-16 read as UTF-8 looks like this
+        return _Input(number, label, "", "a NUL byte (is it UTF-16? attncli reads UTF-8)")
     return _Input(number, label, text, None if text.strip() else "empty input")
 
 
@@ -177,6 +182,47 @@ def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest
     return src_ids, decode_ids(trained, src_ids, beam, nbest, need_attention)
 
 
+def _failure_line(item: _Input, nbest: int, json_out: bool) -> str | None:
+    """What stands in the output for an input that could not be translated, so that output
+    line k stays input line k (numbered n-best lines need nothing)."""
+    if json_out:
+        return json.dumps({"line": item.number, "source": None, "error": item.problem})
+    return "" if nbest == 1 else None
+
+
+def _translate_and_write(trained: TrainedModel, chunk: list[_Input], out: TextIO,
+                         view: _AttentionView, beam: int, nbest: int, json_out: bool) -> int:
+    """Translate a chunk's good inputs and write every input's lines in input order; returns
+    how many inputs could not be translated (each said on stderr)."""
+    good = [item for item in chunk if item.problem is None]
+    found: dict[int, tuple[list[int], list[Hypothesis]]] = {}
+    if good:
+        src_ids, hyps = _translate_chunk(trained, good, beam, nbest, view.wanted)
+        pairs = zip(src_ids, hyps, strict=True)
+        found = {item.number: pair for item, pair in zip(good, pairs, strict=True)}
+    for item in chunk:
+        if item.problem is not None:
+            print(f"error: {item.label}: {item.problem}", file=sys.stderr)
+            if (line := _failure_line(item, nbest, json_out)) is not None:
+                out.write(line + "\n")
+            continue
+        ids, hyps = found[item.number]
+        hyp_texts = [trained.tokenizer.decode_tgt(h.tokens) for h in hyps]
+        out.write(_format(item, hyps, hyp_texts, nbest, json_out) + "\n")
+        if view.wanted:
+            out.flush()
+            view(item, ids, hyps[0])
+    out.flush()
+    return len(chunk) - len(good)
+
+
+def _check_outputs(output_file: Path | None, attention_png: Path | None) -> None:
+    """Output names that could never be written, refused before the model loads."""
+    for flag, path in (("--output", output_file), ("--attention-png", attention_png)):
+        if path is not None and (problem := output_file_problem(path)):
+            raise AttncliError(f"{flag} {path}: {problem}")
+
+
 def translate_command(
     texts: Sequence[str],
     run: Path | None,
@@ -198,6 +244,7 @@ def translate_command(
     """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
     if engine != "torch" and (show_attention or attention_png):
         raise AttncliError("--show-attention and --attention-png need --engine torch")
+    _check_outputs(output_file, attention_png)
     failed = total = 0
     with contextlib.ExitStack() as stack:
         inputs, chunk_size = _open_inputs(texts, input_file, stack)
@@ -215,23 +262,11 @@ def translate_command(
         try:
             for chunk in _chunks(inputs, chunk_size):
                 total += len(chunk)
-                for item in chunk:
-                    if item.problem is not None:
-                        failed += 1
-                        print(f"error: {item.label}: {item.problem}", file=sys.stderr)
-                good = [item for item in chunk if item.problem is None]
-                if not good:
-                    continue
-                src_ids, found = _translate_chunk(trained, good, beam, nbest, view.wanted)
-                for item, ids, hyps in zip(good, src_ids, found, strict=True):
-                    hyp_texts = [trained.tokenizer.decode_tgt(h.tokens) for h in hyps]
-                    out.write(_format(item, hyps, hyp_texts, nbest, json_out) + "\n")
-                    if view.wanted:
-                        out.flush()
-                        view(item, ids, hyps[0])
-                out.flush()
+                failed += _translate_and_write(trained, chunk, out, view, beam, nbest, json_out)
         except BrokenPipeError:  # `... | head`: the reader is gone, nothing left to do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return
     if failed:
-        raise AttncliError(f"{failed} of {total} inputs could not be translated (see above)")
+        left = " (their output lines are left empty)" if nbest == 1 and not json_out else ""
+        raise AttncliError(f"{failed} of {total} inputs could not be translated (see above)"
+                           f"{left}")

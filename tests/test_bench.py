@@ -290,6 +290,9 @@ def test_cuda_without_cuda_is_one_line_and_exit_2(tmp_path):
 def test_json_folder_must_exist_before_anything_runs(tmp_path):
     out = _cli("--device", "cpu", "--json", str(tmp_path / "missing" / "x.json"))
     assert out.returncode == 2 and "does not exist" in out.stderr and out.stdout == ""
+    out = _cli("--device", "cpu", "--json", str(tmp_path))  # a folder: the figures had nowhere
+    assert out.returncode == 2 and "is a folder; give a file name" in out.stderr
+    assert out.stdout == ""
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -130,12 +130,50 @@ def test_stdin_bad_lines_are_reported_and_the_others_translated(workdir, run_dir
     lines = b"The cat sees a dog.\n\n   \nA red \xff\xfe house.\nThe man runs.\n"
     out = _cli(workdir, "translate", "--run", str(run_dir), "--json", stdin=lines)
     assert out.returncode == 2
-    assert [json.loads(r)["source"] for r in out.stdout.splitlines()] == [
-        "The cat sees a dog.", "The man runs."]
+    records = [json.loads(r) for r in out.stdout.splitlines()]
+    assert [r["line"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["source"] for r in records] == ["The cat sees a dog.", None, None, None,
+                                              "The man runs."]
+    assert records[3]["error"] == "not valid UTF-8 (invalid start byte at byte 7)"
     errors = _error_lines(out.stderr)
     assert errors[:3] == ["error: line 2: empty input", "error: line 3: empty input",
                           "error: line 4: not valid UTF-8 (invalid start byte at byte 7)"]
     assert errors[3:] == ["error: 3 of 5 inputs could not be translated (see above)"]
+
+
+def test_output_lines_stay_aligned_with_input_lines(workdir, run_dir, tmp_path):
+    """A bad line's output line is empty, so line k of --output is line k of --input; a file
+    in UTF-16 is caught by its NUL bytes."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"The cat sees a dog.\n\nA red \xff house.\nThe man runs.\n")
+    target = tmp_path / "out.txt"
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source),
+               "--output", str(target))
+    assert out.returncode == 2
+    lines = target.read_text("utf-8").split("\n")
+    assert len(lines) == 5 and lines[4] == ""  # four lines, each ending in a newline
+    assert lines[0] and lines[3] and lines[1] == lines[2] == ""
+    assert _error_lines(out.stderr)[-1] == ("error: 2 of 4 inputs could not be translated "
+                                            "(see above) (their output lines are left empty)")
+    source.write_bytes("A man.\nTwo dogs.\n".encode("utf-16"))
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source))
+    assert "a NUL byte (is it UTF-16? attncli reads UTF-8)" in out.stderr
+    assert out.returncode == 2 and out.stdout.splitlines() == ["", "", ""]
+
+
+@pytest.mark.parametrize(("option", "name", "message"), [
+    ("--output", "folder", "is a folder; give a file name"),
+    ("--output", "notes.txt/out.txt", "notes.txt is a file, not a folder"),
+    ("--attention-png", "folder", "is a folder; give a file name"),
+])
+def test_unusable_output_names_are_refused_before_any_work(workdir, tmp_path, option, name,
+                                                           message):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("keep me")
+    out = _cli(workdir, "translate", option, str(tmp_path / name), "A cat.")
+    assert out.returncode == 2 and len(_error_lines(out.stderr)) == 1
+    assert message in out.stderr and "checkpoint" not in out.stderr  # before the model loads
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
 def test_a_single_empty_argument_exits_2(workdir, run_dir):

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from attncli import __version__
+from attncli.atomic import atomic_write_json, output_file_problem
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
 from attncli.bench.infer_suite import run_infer_suite
 from attncli.bench.peaks import device_name, device_peak
@@ -100,8 +101,6 @@ def default_config_path(device: torch.device) -> Path:
 
 
 def write_json(report: dict[str, Any], path: Path) -> None:
-    from attncli.atomic import atomic_write_json
-
     atomic_write_json(path, report)
 
 
@@ -112,15 +111,17 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
     suites = SUITES if suite == "all" else (suite,)
     if json_file is not None and not json_file.parent.is_dir():
         raise AttncliError(f"--json {json_file}: folder {json_file.parent} does not exist")
-    if config is None and not default_config_path(dev).is_file():
-        cfg = Config()  # installed without the configs/ folder: the built-in defaults
-    else:
-        cfg = load_config(config or default_config_path(dev))
+    if json_file is not None and (problem := output_file_problem(json_file)):
+        raise AttncliError(f"--json {json_file}: {problem}")
+    config_file = config or default_config_path(dev)
+    built_in = config is None and not config_file.is_file()
+    # installed without the configs/ folder: the built-in defaults
+    cfg = Config() if built_in else load_config(config_file)
     set_threads(cfg.train.threads)
     allow_tf32(dev)  # as training does
     console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding
     report = run_bench(dev, suites, cfg, warmup, repeats, console)
-    report["config"] = str(config or default_config_path(dev))
+    report["config"] = "built-in defaults" if built_in else str(config_file)
     if json_file is not None:
         write_json(report, json_file)
         console.print(f"wrote {json_file}")
