@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from attncli.atomic import atomic_write_json, remove_folder, remove_temp_entries, staged_folder
+from attncli.atomic import atomic_write_json, remove_folder, remove_temp_entries, replaced_folder
 from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE, read_state
 from attncli.checkpoint_state import read_tensors
 from attncli.errors import AttncliError
@@ -36,16 +36,19 @@ def mean_weights(paths: RunPaths, steps: list[int]) -> tuple[dict[str, torch.Ten
     (Vaswani et al. 2017 averaged the last 5 or 20).
     """
     total: dict[str, torch.Tensor] = {}
-    fingerprints = set()
+    fingerprint = None
     for step in steps:
         tensors, meta = read_tensors(paths.step_dir(step) / MODEL_FILE)
-        fingerprints.add(meta.get("model_fingerprint"))
+        shapes = {name: tensor.shape for name, tensor in tensors.items()}
+        if total and (meta.get("model_fingerprint") != fingerprint
+                      or shapes != {name: t.shape for name, t in total.items()}):
+            raise AttncliError(f"{paths.root}: step folders {steps} hold different model "
+                               "configs")
+        fingerprint = meta.get("model_fingerprint")
         for name, tensor in tensors.items():
             total[name] = total.get(name, 0) + tensor.double()
-    if len(fingerprints) != 1:
-        raise AttncliError(f"{paths.root}: step folders {steps} hold different model configs")
     mean = {name: (t / len(steps)).float().contiguous() for name, t in total.items()}
-    return mean, fingerprints.pop()
+    return mean, fingerprint
 
 
 def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[int],
@@ -55,13 +58,11 @@ def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[i
     meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprint,
             "averaged_steps": ",".join(map(str, steps))}
     remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed write left
-    with staged_folder(paths.averaged) as folder:
+    with replaced_folder(paths.averaged) as folder:
         save_file(mean, folder / MODEL_FILE, metadata=meta)
         atomic_write_json(folder / STATE_FILE, {"format": FORMAT, "averaged_steps": steps,
                                                 "model_fingerprint": fingerprint,
                                                 **(record or {})})
-        if paths.averaged.exists():  # the old one goes last: a kill leaves it, the new or none
-            remove_folder(paths.averaged)
     return paths.averaged
 
 

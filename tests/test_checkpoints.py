@@ -280,6 +280,34 @@ def test_average_writes_the_mean_that_eval_and_translate_can_use(runs, data_dir)
         assert said.returncode == 0, said.stderr
 
 
+def test_average_again_replaces_the_mean(runs):
+    run = _copy(runs, "averaged-twice")
+    for last in (2, 3):
+        assert run_cli("average", str(run), "--last", str(last)).returncode == 0
+    state = json.loads((run / "checkpoints" / "averaged" / "state.json").read_text())
+    assert state["averaged_steps"] == [2, 4, 6]
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("fingerprint", ["other", "same"])
+def test_average_refuses_weights_of_another_shape_before_adding(runs, fingerprint):
+    """A step folder of another model (or a damaged one of the same fingerprint) is refused
+    with one line, not a tensor-size error from the sum."""
+    run = _copy(runs, f"mixed-{fingerprint}")
+    weights = run / "checkpoints" / "step-4" / "model.safetensors"
+    with open(weights, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    tensors = load_file(weights)
+    tensors["output_bias"] = tensors["output_bias"][:10].clone()
+    meta = dict(header["__metadata__"])
+    if fingerprint == "other":
+        meta["model_fingerprint"] = "another model"
+    save_file(tensors, weights, metadata=meta)
+    assert_one_line_error(run_cli("average", str(run), "--last", "2"),
+                          "hold different model configs")
+    assert not (run / "checkpoints" / "averaged").exists()
+
+
 @pytest.mark.parametrize("args, expected", [
     (["average", "{run}", "--last", "4"], "--last 4 needs 4 step folders, the run has 3"),
     (["translate", "--run", "{run}", "--checkpoint", "step-5", "A dog."],
