@@ -179,6 +179,22 @@ def _export_target(target: Path, run_root: Path, force: bool) -> Path:
     return where
 
 
+def _read_metadata(path: Path) -> dict[str, Any]:
+    """What `export` recorded beside the model, checked: a damaged file is one line."""
+    try:
+        metadata = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as err:
+        raise AttncliError(f"{path}: unreadable ({err}); export again with `attncli export RUN "
+                           "--to ctranslate2 --force`") from None
+    missing = [key for key in ("checkpoint", "quantization", "max_positions")
+               if not isinstance(metadata, dict) or key not in metadata]
+    if missing or not isinstance(metadata["max_positions"], int):
+        raise AttncliError(f"{path}: not what attncli export writes (missing or wrong: "
+                           f"{', '.join(missing) or 'max_positions'}); export again with "
+                           "`attncli export RUN --to ctranslate2 --force`")
+    return metadata
+
+
 class CTranslate2Engine:
     """Translates with an exported folder: same tokenizer, beam, length penalty, output limits
     and n-gram blocking as attncli's own search (`search.translate_ids`), hypotheses in its
@@ -188,7 +204,7 @@ class CTranslate2Engine:
         if not (folder / "model.bin").is_file() or not (folder / METADATA).is_file():
             raise AttncliError(f"{folder}: no CTranslate2 model exported by attncli here; make "
                                f"one with `attncli export RUN --to ctranslate2`")
-        self.metadata: dict[str, Any] = json.loads((folder / METADATA).read_text())
+        self.metadata = _read_metadata(folder / METADATA)
         self.translator = open_translator(folder, threads)
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 

@@ -133,6 +133,20 @@ def test_force_replaces_an_earlier_export_whole(run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # nothing left aside
 
 
+@pytest.mark.parametrize(("metadata", "expected"), [
+    ('{"checkpoint": "step-60", "quanti', "unreadable"),
+    ('{"checkpoint": "step-60", "quantization": "float32"}', "missing or wrong: max_positions"),
+    ('["step-60"]', "missing or wrong: checkpoint, quantization, max_positions"),
+])
+def test_damaged_export_metadata_is_one_line(run, data_dir, tmp_path, metadata, expected):
+    folder = tmp_path / "damaged"
+    shutil.copytree(run / "ctranslate2", folder)
+    (folder / "attncli.json").write_text(metadata)
+    result = run_cli("translate", "hi", "--run", str(run), "--engine", "ctranslate2",
+                     "--exported", str(folder))
+    assert_one_line_error(result, expected)
+
+
 def test_a_run_never_exported_says_how(data_dir, tmp_path, run):
     bare = tmp_path / "bare"
     bare.mkdir()
