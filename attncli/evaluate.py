@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -218,10 +219,27 @@ def _blocking(cfg: DecodeConfig) -> str:
     return f", no repeated {n}-grams" if (n := cfg.no_repeat_ngram_size) else ""
 
 
+def _data_label(data: str) -> str:
+    """A file-name part for `--data`: its file or folder name, without the extension."""
+    label = re.sub(r"\.(jsonl|json|tsv|txt)$", "", Path(data.rstrip("/")).name)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label) or "data"
+
+
+def _warn(truncated: list[int], limit: int, left_out: int) -> None:
+    """What the scores do not say by themselves: cut sources, pairs left out."""
+    if truncated:
+        print(f"warning: {len(truncated)} source sentence(s) longer than {limit} subwords were "
+              f"cut to fit the model (first: line {truncated[0] + 1})", file=sys.stderr)
+    if left_out:
+        print(f"warning: {left_out} pair(s) with an empty side were left out of the scores and "
+              "of the hypotheses file", file=sys.stderr)
+
+
 def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
                  device: str, checkpoint: str = "auto", engine: str = "torch",
                  exported: Path | None = None, no_repeat_ngram: int | None = None) -> None:
-    """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json."""
+    """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json
+    (eval/<split>-<data>.* for a split from --data, so the run's own scores stay)."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
@@ -244,18 +262,16 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
             on_truncate=lambda i, length, kept: truncated.append(i),
             progress=lambda done: bar.advance(task, done),
         )
-    if truncated:
-        limit = config.model.max_positions - SOURCE_MARGIN
-        print(f"warning: {len(truncated)} source sentence(s) longer than {limit} subwords were "
-              f"cut to fit the model (first: line {truncated[0] + 1})", file=sys.stderr)
-
+    _warn(truncated, config.model.max_positions - SOURCE_MARGIN, parallel.dropped_empty)
     hyps = result.pop("hypotheses")
     report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
               "split": split, "engine": engine, "precision": decode_precision(trained), **result,
-              **_averaged(trained)}
+              "left_out_empty": parallel.dropped_empty, **_averaged(trained)}
     paths = trained.paths
-    atomic_write_text(paths.eval_dir / f"{split}.hyp.txt", "".join(f"{h}\n" for h in hyps))
-    atomic_write_json(paths.eval_dir / f"{split}.json", report)
+    name = split if data is None else f"{split}-{_data_label(data)}"
+    hyp_file = paths.eval_dir / f"{name}.hyp.txt"
+    atomic_write_text(hyp_file, "".join(f"{h}\n" for h in hyps))
+    atomic_write_json(paths.eval_dir / f"{name}.json", report)
 
     if json_out:
         print(json.dumps(report, ensure_ascii=False))
@@ -272,4 +288,4 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     out = Console()
     out.print(table)
     out.print(f"[dim]{report['signature']}[/dim]")
-    out.print(f"[dim]hypotheses: {paths.eval_dir / f'{split}.hyp.txt'}[/dim]")
+    out.print(f"[dim]hypotheses: {hyp_file}[/dim]")

@@ -11,7 +11,7 @@
       metrics.jsonl                one JSON object per log or validation event
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
-      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval`
+      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (<split>-<data>.* with --data)
 """
 
 from __future__ import annotations

@@ -297,6 +297,26 @@ def test_eval_writes_hypotheses_and_scores(workdir, run_dir):
     assert table.returncode == 0 and "BLEU" in table.stdout and "chrF" in table.stdout
 
 
+def test_eval_of_other_data_says_what_it_left_out_and_keeps_the_runs_scores(workdir, run_dir,
+                                                                           tmp_path):
+    """Pairs with an empty side are counted and said; a --data split is written under its own
+    name, so the run's own eval/test.json stays."""
+    own = _cli(workdir, "eval", str(run_dir), "--split", "test", "--beam", "1", "--json")
+    assert own.returncode == 0, own.stderr
+    pairs = [{"en": "the cat sees a dog", "de": "die katze sieht"}, {"en": "", "de": "leer"},
+             {"en": "a red house", "de": " "}, {"en": "the man runs", "de": "der mann"}]
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(p) + "\n" for p in pairs), encoding="utf-8")
+    out = _cli(workdir, "eval", str(run_dir), "--data", str(other), "--beam", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["sentences"] == 2 and report["left_out_empty"] == 2
+    assert "2 pair(s) with an empty side were left out" in out.stderr
+    written = sorted(p.name for p in (run_dir / "eval").glob("test*.json"))
+    assert written == ["test-other.json", "test.json"]
+    assert json.loads((run_dir / "eval" / "test.json").read_text()) == json.loads(own.stdout)
+
+
 def test_no_repeat_ngram_option_reaches_eval_and_translate(workdir, run_dir, tmp_path):
     """The random run repeats subwords; `--no-repeat-ngram 1` (no subword twice) changes its
     outputs, eval reports the size it decoded with, and translate decodes as eval does."""
