@@ -33,7 +33,7 @@ LARGEST_AUTO_PAD_MULTIPLE = 8
 class _Section(BaseModel):
     """Base for every section: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(_Section):
@@ -62,10 +62,17 @@ class DataConfig(_Section):
     num_proc: int | None = Field(
         None, ge=1, description="Processes that tokenize a split (null: every CPU core).")
 
+    @model_validator(mode="after")
+    def _two_languages(self) -> DataConfig:
+        if self.src == self.tgt:
+            raise ValueError(f"src and tgt are both {self.src!r}: a translation needs two")
+        return self
+
 
 class TokenizerConfig(_Section):
     type: Literal["unigram", "bpe"] = Field("unigram", description="SentencePiece model type.")
-    vocab_size: int = Field(8000, ge=16, description="Subword vocabulary size (per model).")
+    vocab_size: int = Field(8000, ge=16, le=2**31 - 1,
+                            description="Subword vocabulary size (per model).")
     joint: bool = Field(True, description="One model for source and target (allows tying).")
     character_coverage: float = Field(
         1.0, gt=0.0, le=1.0, description="Share of characters covered (0.9995 for zh/ja)."
@@ -316,6 +323,26 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last one
+    silently, so a second `train:` section would drop the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` may be overridden by the keys beside it
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool):
+                continue  # an unhashable key: the base class says what is wrong with it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"duplicate key {key!r}",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; malformed YAML names the file and line."""
     if not path.is_file():
@@ -325,7 +352,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise AttncliError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

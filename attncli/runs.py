@@ -11,7 +11,7 @@
       metrics.jsonl                one JSON object per log or validation event
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
-      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (<split>-<data>.* with --data)
+      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*)
 """
 
 from __future__ import annotations
@@ -136,6 +136,9 @@ def check_run_name(name: str) -> None:
     if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
         raise AttncliError(f"--name {name!r}: a run name is one folder name (not empty, no '/' "
                            f"or '\\'); --runs-dir says where run folders go")
+    if len(name.encode("utf-8")) > 240:  # file systems take 255 bytes; '-2' suffixes need room
+        raise AttncliError(f"--name: {len(name.encode('utf-8'))} bytes; a run name is at most "
+                           "240 (a folder name)")
 
 
 def default_run_name(config_path: Path | None) -> str:

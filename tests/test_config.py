@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attncli.config import Config, load_config, parse_config
+from attncli.config import Config, load_config, parse_config, read_yaml
 from attncli.errors import AttncliError
 from attncli.resume_rules import check_resume_changes, model_fingerprint
 
@@ -37,6 +37,13 @@ def test_overrides_convert_types(tmp_path):
     assert cfg.data.src == "fr" and cfg.train.compile is True and cfg.model.d_model == 64
 
 
+def test_yaml_anchors_and_merge_keys_still_read(tmp_path):
+    """Refusing duplicate keys leaves YAML's own overrides alone: `<<: *base` then a key."""
+    text = "x-base: &base\n  lr: 0.002\n  max_steps: 9\ntrain:\n  <<: *base\n  lr: 0.003\n"
+    raw = read_yaml(_write(tmp_path, text))
+    assert raw["train"] == {"lr": 0.003, "max_steps": 9}
+
+
 def test_all_shipped_configs_validate():
     for path in sorted((REPO / "configs").glob("*.yaml")):
         load_config(path)
@@ -59,6 +66,13 @@ def test_all_shipped_configs_validate():
         ("", ["train.betas=[0.9,1.0]"], "train.betas"),  # no bias correction: NaN weights
         ("", ["train.betas=[-0.1,0.98]"], "train.betas"),
         ("- just\n- a list\n", [], "expected a mapping"),
+        ("train:\n  max_steps: 5\nmodel:\n  heads: 2\ntrain:\n  lr: 0.1\n", [],
+         "line 5, column 1: malformed YAML: duplicate key 'train'"),  # the first would be lost
+        ("train:\n  lr: 0.1\n  lr: 0.2\n", [], "duplicate key 'lr'"),
+        ("", ["decode.max_len_a=.inf"], "decode.max_len_a: Input should be a finite number"),
+        ("", ["train.lr=.inf"], "train.lr"),
+        ("", ["data.tgt=en"], "src and tgt are both 'en'"),
+        ("", ["tokenizer.vocab_size=3000000000"], "tokenizer.vocab_size"),
     ],
 )
 def test_bad_config_raises_one_line_error(tmp_path, text, overrides, expected):
@@ -88,6 +102,7 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         ("", ["--name", "a/b"], "a run name is one folder name"),
         ("", ["--name", ""], "a run name is one folder name"),
         ("", ["--resume", "elsewhere"], "give no CONFIG"),
+        ("", ["--name", "a" * 300], "a run name is at most 240"),  # the folder would fail
     ],
 )
 def test_cli_reports_bad_config_in_one_line_with_exit_2(tmp_path, text, extra, expected):
