@@ -30,6 +30,7 @@ from attncli.data import (
 from attncli.data_cache import CACHE_FORMAT, cache_key, cache_root, write_entry
 from attncli.errors import AttncliError
 from attncli.runs import RunPaths, check_writable
+from attncli.subword_sampling import check_samplable
 from attncli.token_cache import Log, first_rows, tokenized_split
 from attncli.token_table import TokenizedSplit
 from attncli.tokenizer import install_models, model_file_bytes, run_models, train_models
@@ -166,16 +167,23 @@ def prepare_training_data(config: Config, log: Log,
     check_writable(root, "the data cache", "set data.cache_dir or $ATTNCLI_CACHE_DIR to a "
                                            "writable folder")
     check_training_sources(config.data)
+    if config.data.test is not None:  # a typo would surface only at `attncli eval`
+        split_source(config.data, "test")
     train_source = split_source(config.data, "train")
     val_source = split_source(config.data, "val")
     val_text = load_split(config.data, "val")
     models = models or prepare_tokenizer(config, train_source, root, log)
+    if config.train.subword_alpha > 0:
+        check_samplable(models.values())
     train = tokenized_split(train_source, models, config.data, config.data.train_limit, root,
                             log)
     if not len(train):
         raise AttncliError(f"{train_source.files[0]}: no training pairs fit "
                            f"data.max_len={config.data.max_len}")
     val = tokenized_split(val_source, models, config.data, None, root, log)
+    if not len(val):
+        raise AttncliError(f"{val_source.files[0]}: no validation pairs fit "
+                           f"data.max_len={config.data.max_len}")
     return TrainingData(models, train, val, val_text, train_source.name)
 
 

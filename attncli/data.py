@@ -157,6 +157,8 @@ def check_training_sources(cfg: DataConfig) -> None:
 
 
 def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path:
+    if name.startswith(("/", ".", "~")) or name.endswith((".jsonl", ".json", ".tsv", ".txt")):
+        raise AttncliError(f"{name}: no such file or folder")  # a path, not a Hub id
     layout = HUB_LAYOUTS.get(name) if subset is None else None
     hub_id = layout.hub_id if layout else HUB_ALIASES.get(name, name if "/" in name else None)
     advice = (f"put {name}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "

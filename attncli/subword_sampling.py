@@ -15,6 +15,8 @@ Validation and decoding never sample: only the training feed calls this.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import sentencepiece as spm
 
@@ -30,11 +32,7 @@ class SubwordSampler:
     def __init__(self, tokenizer: Tokenizer, alpha: float, nbest: int, max_len: int, seed: int):
         self.src, self.tgt = tokenizer.src, tokenizer.tgt
         for proc in {id(self.src): self.src, id(self.tgt): self.tgt}.values():
-            try:
-                proc.nbest_encode_as_ids("a b", nbest_size=2)
-            except RuntimeError:
-                raise AttncliError("train.subword_alpha needs a unigram SentencePiece model "
-                                   "(tokenizer.type: unigram); this one cannot sample") from None
+            _check_can_sample(proc)
         self.alpha, self.nbest, self.max_len, self.seed = alpha, nbest, max_len, seed
 
     def resample(self, batch: Batch, epoch: int, batch_key: int, multiple: int) -> Batch:
@@ -55,6 +53,21 @@ class SubwordSampler:
         weights = np.exp(scores - scores.max())
         drawn = [p.id for p in nbest[rng.choice(len(nbest), p=weights / weights.sum())].pieces]
         return drawn if len(drawn) + 1 <= self.max_len else ids
+
+
+def check_samplable(models: Iterable[bytes]) -> None:
+    """Refuse, before a run folder exists, tokenizer models that `SubwordSampler` could not
+    sample (BPE, given as tokenizer.model_file)."""
+    for model in models:
+        _check_can_sample(spm.SentencePieceProcessor(model_proto=model))
+
+
+def _check_can_sample(proc: spm.SentencePieceProcessor) -> None:
+    try:
+        proc.nbest_encode_as_ids("a b", nbest_size=2)
+    except RuntimeError:
+        raise AttncliError("train.subword_alpha needs a unigram SentencePiece model "
+                           "(tokenizer.type: unigram); this one cannot sample") from None
 
 
 def _rows(ids) -> list[list[int]]:

@@ -139,3 +139,44 @@ def test_a_folder_without_split_files_is_not_a_data_set(tmp_path, monkeypatch):
     (tmp_path / "data" / "notes" / "README.md").write_text("to do: download")
     with pytest.raises(AttncliError, match="data set 'notes' not found"):
         resolve_dataset("notes")
+
+
+def _no_run_folder(runs: Path) -> bool:
+    return not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_validation_split_that_max_len_empties_is_refused_before_the_run(data_dir, tmp_path):
+    """Every validation pair longer than data.max_len: refused with the data, not a crash at
+    the first validation that left a run folder without a checkpoint."""
+    long_pairs = [{"en": " ".join(["word"] * 120), "de": " ".join(["wort"] * 120)}] * 5
+    dev = tmp_path / "long.jsonl"
+    dev.write_text("".join(json.dumps(p) + "\n" for p in long_pairs), "utf-8")
+    result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.val={dev}"])
+    assert_one_line_error(result, "no validation pairs fit data.max_len=60")
+    assert _no_run_folder(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("key", ["test", "val"])
+def test_a_missing_split_file_is_named_at_once_not_looked_up_on_the_hub(data_dir, tmp_path,
+                                                                         key):
+    """A typo in data.test surfaced only at `attncli eval`, after the training; a path that
+    does not exist was taken for a Hub id (and waited for the Hub)."""
+    missing = tmp_path / "tset.jsonl"
+    result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.{key}={missing}"])
+    assert_one_line_error(result, f"{missing}: no such file or folder")
+    assert _no_run_folder(tmp_path / "runs")
+
+
+def test_subword_sampling_with_a_bpe_model_file_is_refused_before_the_run(data_dir, tmp_path):
+    from attncli.config import TokenizerConfig
+    from attncli.runs import RunPaths
+    from attncli.tokenizer import train_tokenizer
+
+    texts = [p["en"] for p in toy_pairs(200, 3)], [p["de"] for p in toy_pairs(200, 3)]
+    train_tokenizer(TokenizerConfig(type="bpe", vocab_size=100), *texts,
+                    RunPaths(tmp_path / "bpe"), ("en", "de"))
+    result = train(data_dir, tmp_path / "runs", SMALL,
+                   sets=[f"tokenizer.model_file={tmp_path / 'bpe' / 'spm.model'}",
+                         "tokenizer.type=bpe", "train.subword_alpha=0.1"])
+    assert_one_line_error(result, "train.subword_alpha needs a unigram SentencePiece model")
+    assert _no_run_folder(tmp_path / "runs")
