@@ -24,6 +24,7 @@ from pydantic import (
 
 from attncli.atomic import atomic_write_text
 from attncli.errors import AttncliError
+from attncli.yaml_loader import ConfigLoader
 
 # `train.pad_multiple: auto` picks 1 or this (see device.resolve_pad_multiple); configs are
 # checked against the larger, so a config that fits on one machine fits on every machine.
@@ -304,7 +305,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
             f"--set {item!r}: KEY must be section.key, e.g. model.dropout{suggest_key(key)}"
         )
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = yaml.load(value, Loader=ConfigLoader) if value.strip() else None  # noqa: S506
     except yaml.YAMLError:
         parsed = value
     return parts, parsed
@@ -323,26 +324,6 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last one
-    silently, so a second `train:` section would drop the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: set = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *defaults` may be overridden by the keys beside it
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, str | int | float | bool):
-                continue  # an unhashable key: the base class says what is wrong with it
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark, f"duplicate key {key!r}",
-                    key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def read_yaml(path: Path) -> dict[str, Any]:
     """Read a YAML mapping; malformed YAML names the file and line."""
     if not path.is_file():
@@ -352,7 +333,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise AttncliError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        raw = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -362,7 +343,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise AttncliError(f"{path}: expected a mapping of sections (data, model, ...) at top")
-    return raw
+    # a section whose keys are all commented out keeps its defaults
+    return {key: {} if value is None and key in Config.model_fields else value
+            for key, value in raw.items()}
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:

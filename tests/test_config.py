@@ -44,6 +44,16 @@ def test_yaml_anchors_and_merge_keys_still_read(tmp_path):
     assert raw["train"] == {"lr": 0.003, "max_steps": 9}
 
 
+def test_norwegian_and_empty_sections_read_as_meant(tmp_path):
+    """`tgt: no` is Norwegian, not YAML 1.1's False; a section whose keys are all commented out
+    keeps its defaults; yes/on still set a boolean key."""
+    text = "data:\n  src: en\n  tgt: no\nmodel:\n  # d_model: 64\ntokenizer:\n  joint: yes\n"
+    config = load_config(_write(tmp_path, text), ["train.compile=on", "data.src=nb"])
+    assert (config.data.src, config.data.tgt) == ("nb", "no")
+    assert config.model.d_model == Config().model.d_model
+    assert config.tokenizer.joint is True and config.train.compile is True
+
+
 def test_all_shipped_configs_validate():
     for path in sorted((REPO / "configs").glob("*.yaml")):
         load_config(path)
