@@ -4,14 +4,15 @@ against `attncli eval`'s decoding speed on the same sentences.
     ATTNCLI_DATA_DIR=../shared/data python benchmarks/serve_load.py runs/m30k \
         [--engine torch|ctranslate2] [--seconds 30] [--clients 1,4,16] [--beam 5]
 
-For each engine asked: `attncli eval RUN --beam B --json` first (its sentences/s is decoding
-only, the baseline); then one server (`attncli serve RUN --port 0`, loopback only), warmed up,
-and for each client count a round of `--seconds`: every client (a thread with one keep-alive
-connection) posts the test sentences in turn to /v1/translate, one a request, until the time
-is up, and waits for its last answer. Per round: sentences/s, latency p50/p95/p99, errors, the
-CPU cores the server and the load generator kept busy (their CPU seconds over the round's),
-and the server's resident memory at the start and at the end. Each round is bounded in time and
-in requests (--max-requests). Run it on an otherwise idle machine: the table says which.
+For each engine asked: `attncli eval RUN --beam B --json` first, --eval-rounds times (the
+median of their sentences/s, decoding only, is the baseline); then one server (`attncli serve
+RUN --port 0`, loopback only), warmed up, and for each client count a round of `--seconds`:
+every client (a thread with one keep-alive connection) posts the test sentences in turn to
+/v1/translate, one a request, until the time is up, and waits for its last answer. Per round:
+sentences/s, latency p50/p95/p99, errors, the CPU cores the server and the load generator kept
+busy (their CPU seconds over the round's), and the server's resident memory at the start and at
+the end. Each round is bounded in time and in requests (--max-requests). Run it on an otherwise
+idle machine: the table says which.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ class Round:
 
 
 def measure(run: Path, engine: str, args) -> dict:
-    baseline = eval_speed(run, args.beam, engine)
+    evals = [eval_speed(run, args.beam, engine) for _ in range(args.eval_rounds)]
+    baseline = statistics.median(evals)  # one eval moved by up to 17% between runs
     sentences = test_sentences(run)
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(run, "--engine", engine, "--max-queue", "1024",
@@ -159,13 +161,15 @@ def measure(run: Path, engine: str, args) -> dict:
                 print(json.dumps(rounds[-1]), flush=True)
         finally:
             code = server.stop()
-    return {"engine": engine, "eval_sentences_per_s": baseline, "start_rss_mib": round(start_rss),
+    return {"engine": engine, "eval_sentences_per_s": baseline, "eval_runs": evals,
+            "start_rss_mib": round(start_rss),
             "rounds": rounds, "exit_code": code}
 
 
 def table(result: dict) -> str:
+    runs = ", ".join(map(str, result["eval_runs"]))
     lines = [f"{result['engine']}: `attncli eval` decodes {result['eval_sentences_per_s']} "
-             f"sentences/s; server RSS at start {result['start_rss_mib']} MiB",
+             f"sentences/s (median of {runs}); server RSS at start {result['start_rss_mib']} MiB",
              "| clients | sentences/s | vs eval | p50 ms | p95 ms | p99 ms | errors | mean batch "
              "| RSS MiB |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -185,6 +189,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-requests", type=int, default=20_000)
+    parser.add_argument("--eval-rounds", type=int, default=3, help="eval runs; the median counts")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
