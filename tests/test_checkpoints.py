@@ -354,11 +354,12 @@ def test_a_non_finite_update_is_skipped_and_logged(data_dir, tmp_path, nan_at):
     assert sorted(losses(run)) == [1, 2, 4, 5, 6]  # update 3 has no training loss
     state = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
     assert state["batch_index"] == 6  # the skipped update's batch was consumed
-    # The skipped update left the weights and the optimizer state as they were.
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        before = load_file(run / "checkpoints" / "step-2" / name)
-        after = load_file(run / "checkpoints" / "step-3" / name)
-        assert all(torch.equal(before[k], after[k]) for k in before), name
+    # Update 3's weights gave a non-finite update: step 3 was neither validated nor saved.
+    saved = sorted(p.name for p in (run / "checkpoints").glob("step-*"))
+    assert "step-3" not in saved and {"step-2", "step-4"} <= set(saved)
+    # The skipped update left the optimizer as it was: step 4's has taken 3 steps.
+    optimizer = json.loads((run / "checkpoints" / "step-4" / "state.json").read_text())
+    assert {s["step"]["tensor"] for s in optimizer["optimizer"]["state"].values()} == {3}
     weights = load_file(run / "checkpoints" / "step-6" / "model.safetensors")
     assert all(bool(torch.isfinite(t).all()) for t in weights.values())
 
@@ -371,14 +372,25 @@ def test_non_finite_updates_in_a_row_stop_the_run_and_keep_the_last_checkpoint(
                          "train.max_nonfinite_updates=3"])
     assert_one_line_error(result, "update 7: 3 non-finite updates in a row")
     run = tmp_path / "nan"
-    # Step 6 (two skipped updates: the weights of step 4) was saved; update 7 made it three.
-    assert "the last checkpoint (step-6) is intact" in result.stderr
-    assert pointers(run)["last"] == "step-6"
+    # Step 6 came after two skipped updates: the weights that gave them were not saved (as
+    # `last` they would have pruned good checkpoints, and every resume would start from them).
+    assert "the last checkpoint (step-4) is intact" in result.stderr
+    assert pointers(run)["last"] == "step-4"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "pointers.json", "step-2", "step-4", "step-6"]
+        "pointers.json", "step-2", "step-4"]
     nan_at(set())
     again = resume(data_dir, run, "train.max_steps=8")
     assert again.returncode == 0, again.stderr
+
+
+def test_a_run_that_ends_during_non_finite_updates_saves_none_of_them(data_dir, tmp_path,
+                                                                      nan_at):
+    nan_at({5, 6})
+    result = train(data_dir, tmp_path, SMALL, "--name", "nan-end",
+                   sets=["train.max_steps=6", "train.save_every=2"])
+    assert_one_line_error(result, "stopped (max_steps) after 2 non-finite update(s) in a row")
+    assert "the last checkpoint (step-4) is intact" in result.stderr
+    assert pointers(tmp_path / "nan-end")["last"] == "step-4"
 
 
 # --------------------------------------------------------------------------------------------

@@ -180,7 +180,9 @@ class Trainer:
         """Validate and save when due; why to stop after this update (None: go on)."""
         if self.figures.nonfinite_stop is not None:
             return "nonfinite"
-        if reason is not None:
+        if reason is not None or self.figures.nonfinite_in_row:
+            # During a run of skipped updates the weights are those that gave non-finite
+            # ones: neither scored nor saved (a save would become `last` and prune good ones).
             return reason
         step = self.state.step
         if step % self.cfg.eval_every == 0:
@@ -197,14 +199,8 @@ class Trainer:
         Still under `stop`: a signal during this end work is held until it is done (a second
         one stops at once, as during training), so the run ends whole, with exit 0.
         """
-        if reason == "nonfinite":
-            last = self.paths.read_pointers().get("last", "none saved yet")
-            raise AttncliError(
-                f"update {self.figures.nonfinite_stop}: {self.cfg.max_nonfinite_updates} "
-                f"non-finite updates in a row, each skipped (train.max_nonfinite_updates); "
-                f"stopped without saving, the last checkpoint ({last}) is intact; lower "
-                f"train.lr or raise train.warmup_steps and resume with `attncli train --resume "
-                f"{self.paths.root} --set train.lr=...`")
+        if reason == "nonfinite" or self.figures.nonfinite_in_row:
+            self._refuse_nonfinite_weights(reason)
         if reason == "signal":
             self.save()
             return stop.name or "SIGTERM"  # the signal reached another process
@@ -219,6 +215,20 @@ class Trainer:
             self.reporter.line(f"{stop.name} came while the run was ending: its end (validation, "
                                f"save, averaging) was finished first")
         return None
+
+    def _refuse_nonfinite_weights(self, reason: str) -> None:
+        """End without saving: the weights gave the last updates non-finite figures."""
+        last = self.paths.read_pointers().get("last", "none saved yet")
+        figures = self.figures
+        why = (f"update {figures.nonfinite_stop}: {self.cfg.max_nonfinite_updates} non-finite "
+               f"updates in a row, each skipped (train.max_nonfinite_updates)"
+               if reason == "nonfinite" else
+               f"stopped ({reason}) after {figures.nonfinite_in_row} non-finite update(s) in a "
+               "row, each skipped")
+        raise AttncliError(
+            f"{why}; the weights that gave them were not saved, the last checkpoint ({last}) "
+            f"is intact; lower train.lr or raise train.warmup_steps and resume with `attncli "
+            f"train --resume {self.paths.root} --set train.lr=...`")
 
     # -- validation and saving -----------------------------------------------------------------
 
