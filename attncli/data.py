@@ -28,17 +28,15 @@ naming the languages), or plain parallel text ``<split>.<lang>``.
 
 from __future__ import annotations
 
-import codecs
 import functools
 import hashlib
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attncli.atomic import staged_folder
 from attncli.config import DataConfig
+from attncli.data_files import read_split_files
 from attncli.errors import AttncliError
 
 HUB_ALIASES = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16",
@@ -230,35 +228,15 @@ def _arranged(remote, layout: HubLayout) -> dict:
     return {"train": pool.select(train_rows), "val": pool.select(val_rows), "test": test}
 
 
-def _check_utf8(path: Path) -> None:
-    """Non-UTF-8 bytes are an error naming the file and line (before `datasets` sees them).
-
-    Read in blocks, so a corpus of gigabytes is checked without holding it in memory.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    lines_before = 0
-    with open(path, "rb") as f:
-        while block := f.read(1 << 24):
-            try:
-                decoder.decode(block)
-            except UnicodeDecodeError as err:
-                line = lines_before + block.count(b"\n", 0, err.start) + 1
-                raise AttncliError(f"{path}: line {line}: not valid UTF-8 ({err.reason})"
-                                   ) from None
-            lines_before += block.count(b"\n")
-    try:
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError as err:
-        raise AttncliError(f"{path}: ends inside a character: not valid UTF-8 ({err.reason})"
-                           ) from None
-
-
 def _split_file(folder: Path, split: str, suffixes: tuple[str, ...]) -> Path | None:
-    for stem in SPLIT_NAMES.get(split, (split,)):
-        for suffix in suffixes:
-            if (folder / f"{stem}{suffix}").is_file():
-                return folder / f"{stem}{suffix}"
-    return None
+    """The one file of `split` with one of `suffixes`; two (train.jsonl and train.tsv, val.jsonl
+    and valid.jsonl) are refused rather than one read silently."""
+    found = [folder / f"{stem}{suffix}" for stem in SPLIT_NAMES.get(split, (split,))
+             for suffix in suffixes if (folder / f"{stem}{suffix}").is_file()]
+    if len(found) > 1:
+        raise AttncliError(f"{folder}: {' and '.join(p.name for p in found)} both hold the "
+                           f"{split} split; keep one")
+    return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -282,12 +260,14 @@ class SplitSource:
         return open_split(self)
 
     def identity(self) -> list:
-        """What the files are (path, size, modification time): a cache key without reading
-        gigabytes; an edited or replaced file gets another key."""
+        """What the files are (path, size, modification and change times, inode): a cache key
+        without reading gigabytes; an edited or replaced file gets another key, even one whose
+        modification time was set back (`cp -p`, `rsync -a`), as no one sets the change time."""
         ident = []
         for path in self.files:
             stat = path.stat()
-            ident.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+            ident.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
+                          stat.st_ino])
         return ident
 
 
@@ -303,9 +283,12 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
                                f"FILE)")
         return SplitSource((location,), name, split, cfg.src, cfg.tgt)
     table_file = _split_file(location, split, (".jsonl", ".json", ".tsv"))
+    text_files = [_split_file(location, split, (f".{lang}",)) for lang in (cfg.src, cfg.tgt)]
+    if table_file is not None and all(text_files):
+        raise AttncliError(f"{location}: {table_file.name} and {text_files[0].name} + "
+                           f"{text_files[1].name} all hold the {split} split; keep one")
     if table_file is not None:
         return SplitSource((table_file,), name, split, cfg.src, cfg.tgt)
-    text_files = [_split_file(location, split, (f".{lang}",)) for lang in (cfg.src, cfg.tgt)]
     if all(text_files):
         return SplitSource(tuple(text_files), name, split, cfg.src, cfg.tgt)
     found = sorted(p.name for p in location.iterdir())[:8]
@@ -315,67 +298,9 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
 
 
 def open_split(source: SplitSource):
-    """The split as a memory-mapped `datasets.Dataset` with two string columns, src and tgt.
-
-    Rows are as stored (empty ones included); nothing is held in Python lists.
-    """
-    import datasets
-
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    for path in source.files:
-        _check_utf8(path)
-    if source.is_table:
-        (path,) = source.files
-        if path.suffix == ".tsv":
-            ds = _read(path, lambda: datasets.load_dataset(
-                "csv", data_files=str(path), delimiter="\t", split="train", quoting=3,
-                keep_default_na=False))
-        else:
-            ds = _read(path, lambda: datasets.load_dataset("json", data_files=str(path),
-                                                           split="train"))
-        return _language_columns(ds, path, source.src, source.tgt)
-    columns = [_read(path, lambda path=path: datasets.load_dataset(
-        "text", data_files=str(path), split="train", keep_linebreaks=False))
-        for path in source.files]
-    if len(columns[0]) != len(columns[1]):
-        raise AttncliError(f"{source.files[0]} and {source.files[1]} have different line "
-                           f"counts ({len(columns[0])} vs {len(columns[1])})")
-    return datasets.concatenate_datasets(
-        [columns[0].rename_column("text", "src"), columns[1].rename_column("text", "tgt")],
-        axis=1)
-
-
-def _read(path: Path, load: Callable[[], Any]) -> Any:
-    """`load()`, a `datasets` read of the data file `path`; its failure (a malformed JSON line,
-    a row with an extra tab: the library's exceptions vary) as one line naming the file."""
-    if path.stat().st_size == 0:
-        raise AttncliError(f"{path}: the file is empty")
-    try:
-        return load()
-    except Exception as err:  # whatever the parser raised, the cause is in the file
-        cause = err.__cause__ or err
-        reason = " ".join(str(cause).split())[:200] or type(cause).__name__
-        raise AttncliError(f"{path}: cannot be read as a data file ({reason})") from None
-
-
-def _language_columns(ds, source: Path, src: str, tgt: str):
-    """The two languages as columns src and tgt, from flat rows or the Hub's nested
-    `translation` dicts."""
-    prefix = ""
-    if "translation" in ds.column_names and not {src, tgt} <= set(ds.column_names):
-        ds, prefix = ds.flatten(), "translation."  # Arrow struct -> translation.<lang> columns
-    have = [c.removeprefix(prefix) for c in ds.column_names if c.startswith(prefix)]
-    missing = [lang for lang in (src, tgt) if lang not in have]
-    if missing:
-        raise AttncliError(f"{source}: no language {missing[0]!r} in this data set "
-                           f"(it has: {', '.join(have)})")
-    for lang in (src, tgt):
-        kind = getattr(ds.features[prefix + lang], "dtype", "a structure")
-        if kind not in ("string", "large_string", "null"):
-            raise AttncliError(f"{source}: the {lang!r} values are {kind}, not text")
-    ds = ds.select_columns([prefix + src, prefix + tgt])
-    return ds.rename_columns({prefix + src: "src", prefix + tgt: "tgt"})
+    """The split as a memory-mapped `datasets.Dataset` with two string columns, src and tgt
+    (rows as stored, empty ones included; see `data_files.read_split_files`)."""
+    return read_split_files(source.files, source.src, source.tgt)
 
 
 def load_split(cfg: DataConfig, split: str) -> ParallelText:

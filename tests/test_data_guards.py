@@ -11,7 +11,7 @@ from conftest import toy_pairs
 from helpers import SMALL, assert_one_line_error, run_cli, train
 
 from attncli.config import DataConfig, parse_config
-from attncli.data import load_split, resolve_dataset
+from attncli.data import load_split, resolve_dataset, split_source
 from attncli.errors import AttncliError
 
 
@@ -51,7 +51,8 @@ def test_a_single_file_has_no_val_split_of_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("train_text, message", [
-    ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', "cannot be read as a data"),
+    ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', "line 2: not JSON"),
+    ('{"en": "A dog.", "de": "Ein Hund."}\n"hello"\n', "line 2: not a JSON object (str)"),
     ("", "the file is empty"),
     ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', "the 'en' values are int64, not text"),
 ])
@@ -72,7 +73,7 @@ def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp
 def test_a_tsv_row_with_a_tab_too_many_is_one_line_naming_the_file(tmp_path):
     table = tmp_path / "pairs.tsv"
     table.write_text("en\tde\nA dog.\tEin Hund.\nA cat.\tEine\tKatze.\n", "utf-8")
-    with pytest.raises(AttncliError, match=f"{table}: cannot be read as a data file"):
+    with pytest.raises(AttncliError, match=f"{table}: line 3: a tab too many; the header has 2"):
         load_split(DataConfig(dataset=str(tmp_path), val=str(table)), "val")
 
 
@@ -180,3 +181,55 @@ def test_subword_sampling_with_a_bpe_model_file_is_refused_before_the_run(data_d
                          "tokenizer.type=bpe", "train.subword_alpha=0.1"])
     assert_one_line_error(result, "train.subword_alpha needs a unigram SentencePiece model")
     assert _no_run_folder(tmp_path / "runs")
+
+
+def _split_folder(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    folder = tmp_path / "set"
+    folder.mkdir(exist_ok=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def test_a_file_replaced_with_the_same_time_is_read_afresh(tmp_path):
+    """`datasets` keys its copy of a file on path and modification time: a file replaced by
+    another content with the same time (`cp -p`, `rsync -a`) was read back stale."""
+    import os
+
+    folder = _split_folder(tmp_path, {"val.jsonl": b'{"en": "A dog.", "de": "Ein Hund."}\n'})
+    path = folder / "val.jsonl"
+    stamp = (path.stat().st_atime_ns, path.stat().st_mtime_ns)
+    assert load_split(DataConfig(dataset=str(folder)), "val").src == ["A dog."]
+    source = split_source(DataConfig(dataset=str(folder)), "val")
+    before = source.identity()
+    path.write_bytes(b'{"en": "A cow.", "de": "Ein Kalb."}\n')  # the same size
+    os.utime(path, ns=stamp)
+    assert load_split(DataConfig(dataset=str(folder)), "val").src == ["A cow."]
+    # attncli's own cache key (the token cache's) changes too, though size and time did not
+    assert split_source(DataConfig(dataset=str(folder)), "val").identity() != before
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ({"val.en": b"A dog\rruns.\nA cat.\n", "val.de": b"Ein Hund rennt.\nEine Katze.\n"},
+     "val.en: line 1: a carriage return (\\r) inside the line"),
+    ({"val.tsv": b"en\tde\nA dog.\tEin Hund.\nA cat.\tEine\rKatze.\n"},
+     "val.tsv: line 3: a carriage return"),
+    ({"val.tsv": b"en\tde\nA dog.\tEin Hund.\nA cat. Eine Katze.\nA cow.\tEine Kuh.\n"},
+     "val.tsv: line 3: a field missing (a tab too few?)"),
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\n', "valid.jsonl": b'{"en": "C", "de": "D"}\n'},
+     "val.jsonl and valid.jsonl both hold the val split; keep one"),
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\n', "val.en": b"A\n", "val.de": b"B\n"},
+     "val.jsonl and val.en + val.de all hold the val split; keep one"),
+])
+def test_files_that_would_pair_the_wrong_lines_are_refused(tmp_path, files, message):
+    folder = _split_folder(tmp_path, files)
+    with pytest.raises(AttncliError) as info:
+        load_split(DataConfig(dataset=str(folder)), "val")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_crlf_and_a_byte_order_mark_are_plain_line_ends_and_no_text(tmp_path):
+    folder = _split_folder(tmp_path, {"val.en": b"\xef\xbb\xbfA dog.\r\nA cat.\r\n",
+                                      "val.de": b"Ein Hund.\nEine Katze.\n"})
+    pairs = load_split(DataConfig(dataset=str(folder)), "val")
+    assert pairs.src == ["A dog.", "A cat."] and pairs.tgt == ["Ein Hund.", "Eine Katze."]
