@@ -241,6 +241,21 @@ def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
     assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
 
 
+def test_a_run_stopped_by_patience_is_not_trained_past_on_resume(data_dir, tmp_path):
+    """Resumed as it was, it trained one more validation interval and stopped again."""
+    result = train(data_dir, tmp_path, SMALL, "--name", "patient",
+                   sets=["train.max_steps=60", "train.eval_every=2", "train.patience=1",
+                         "train.lr=1e-7"])  # too low to improve: the second validation stops it
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "patient"
+    stopped = pointers(run)["last"]
+    assert "(patience)" in (run / "train.log").read_text()
+    assert_one_line_error(resume(data_dir, run), "train.patience (1) is reached already")
+    assert pointers(run)["last"] == stopped
+    again = resume(data_dir, run, "train.patience=2")
+    assert again.returncode == 0, again.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # Step folders: how many are kept, and averaging them
 # --------------------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     paths = trainer.paths
     if not from_step_0:
         folder = trainer.resume()
-        reached = trainer.limit_reached()
+        reached = trainer.limit_reached() or _patience_spent(trainer)
         if reached:
             raise AttncliError(
                 f"{paths.root}: train.{reached} ({getattr(config.train, reached)}) is reached "
@@ -102,6 +102,14 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     dropped = trainer.metrics.drop_after(trainer.state.step)
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
                   f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
+
+
+def _patience_spent(trainer: Trainer) -> str | None:
+    """'patience' when the run stopped for it: resumed as it is, it would train one more
+    validation interval and stop again."""
+    patience = trainer.cfg.patience
+    return ("patience" if patience is not None and trainer.state.bad_validations >= patience
+            else None)
 
 
 def _signal_exit(signal_name: str | None, step: int, paths: RunPaths, world: World
