@@ -16,10 +16,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -128,6 +130,32 @@ def create_run_dir(runs_dir: Path, name: str) -> RunPaths:
             candidate = runs_dir / f"{name}-{n}"
     (candidate / "checkpoints").mkdir()
     return RunPaths(candidate)
+
+
+@contextlib.contextmanager
+def run_lock(paths: RunPaths) -> Iterator[None]:
+    """Hold the run folder for this training process: a second `attncli train --resume` of a
+    live run is refused (it loaded the other's older save, dropped its newer metrics, and
+    collided with it at a save). An advisory lock, released when the process ends however it
+    ends; where `fcntl` is missing (Windows), nothing is held."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(paths.root / ".train.lock", "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise AttncliError(f"{paths.root}: in use by another `attncli train` ({holder}); "
+                               "resume it once that one has ended") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"PID {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        yield
 
 
 def check_run_name(name: str) -> None:

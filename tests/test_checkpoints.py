@@ -241,6 +241,21 @@ def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
     assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
 
 
+def test_a_live_run_is_not_resumed_by_a_second_process(runs, data_dir):
+    """A second `--resume` of a run being trained loaded the other's older save, dropped its
+    newer metrics and collided with it at a save: the run folder is held while training."""
+    from attncli.runs import RunPaths, run_lock
+
+    run = _copy(runs, "live")
+    with run_lock(RunPaths(run)):  # as the training process holds it
+        refused = resume(data_dir, run, "train.max_steps=8")
+        assert_one_line_error(refused, "in use by another `attncli train` (PID ")
+    assert pointers(run)["last"] == "step-6"
+    again = resume(data_dir, run, "train.max_steps=8")
+    assert again.returncode == 0, again.stderr
+    assert pointers(run)["last"] == "step-8"
+
+
 def test_a_run_stopped_by_patience_is_not_trained_past_on_resume(data_dir, tmp_path):
     """Resumed as it was, it trained one more validation interval and stopped again."""
     result = train(data_dir, tmp_path, SMALL, "--name", "patient",

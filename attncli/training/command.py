@@ -17,7 +17,7 @@ from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
 from attncli.errors import AttncliError, report
 from attncli.progress import Reporter, SilentReporter
-from attncli.runs import RunPaths
+from attncli.runs import RunPaths, run_lock
 from attncli.tensorboard_log import open_tensorboard
 from attncli.tokenizer import tokenizer_from_bytes
 from attncli.training.prepare import banner, never_saved, prepare_run
@@ -58,15 +58,28 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
             print(line, flush=True)
             earlier.append(line)
 
-    data, paths = prepare_run(config, resumed, config_path, name, runs_dir, world, say)
-    reporter = (Reporter(paths.log, config.train.max_steps, 0, earlier) if world.primary
-                else SilentReporter())
+    with contextlib.ExitStack() as held:  # the run folder, for this process alone
+        if resumed is not None and world.primary:
+            held.enter_context(run_lock(resumed))
+        data, paths = prepare_run(config, resumed, config_path, name, runs_dir, world, say)
+        if resumed is None and world.primary:
+            held.enter_context(run_lock(paths))
+        reporter = (Reporter(paths.log, config.train.max_steps, 0, earlier) if world.primary
+                    else SilentReporter())
+        return _run(config, data, paths, reporter, world, device, resumed is not None,
+                    from_step_0)
+
+
+def _run(config, data, paths: RunPaths, reporter: Reporter, world: World, device,
+         resuming: bool, from_step_0: bool) -> int | None:
+    """Train (after loading the last checkpoint when resuming) until a stop; the exit code
+    when a signal stopped it."""
     tensorboard = None
     try:
         with _disk_errors_as_user_errors(paths):
             trainer = Trainer(config, paths, tokenizer_from_bytes(data.models), data, device,
                               reporter, world)
-            if resumed is not None:
+            if resuming:
                 _resume(trainer, config, reporter, from_step_0)
             if world.primary:
                 tensorboard = trainer.metrics.mirror = open_tensorboard(
