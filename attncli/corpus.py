@@ -110,6 +110,14 @@ def _tokenizer_key(config: Config, source: SplitSource) -> str:
                       "tokenizer": tok, "sample_seed": SAMPLE_SEED})
 
 
+def _models_readable(folder: Path, joint: bool) -> bool:
+    try:
+        run_models(RunPaths(folder), joint)
+    except AttncliError:
+        return False
+    return True
+
+
 def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
                       ) -> dict[str | None, bytes]:
     """The serialized tokenizer model(s) for a new run: `tokenizer.model_file`, a cached one
@@ -135,7 +143,8 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    write_entry(folder, lambda staging: install_models(models, RunPaths(staging)))
+    write_entry(folder, lambda staging: install_models(models, RunPaths(staging)),
+                intact=lambda entry: _models_readable(entry, cfg.joint))
     models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
         f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "

@@ -11,6 +11,7 @@ that is renamed when complete, so a reader never sees half of one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +24,12 @@ from attncli.config import DataConfig
 from attncli.errors import AttncliError
 
 CACHE_FORMAT = 1
+
+
+def _remove_damaged(folder: Path) -> None:
+    """Remove a damaged entry; another process removing it too is no error."""
+    with contextlib.suppress(FileNotFoundError):
+        remove_folder(folder)
 
 
 def cache_root(cfg: DataConfig) -> Path:
@@ -40,21 +47,23 @@ def cache_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def write_entry(folder: Path, fill: Callable[[Path], None]) -> None:
+def write_entry(folder: Path, fill: Callable[[Path], None],
+                intact: Callable[[Path], bool]) -> None:
     """`fill` a temp folder that becomes the cache entry `folder` in one rename.
 
-    A damaged entry is removed first, and so are the temp folders a killed build of it left
-    (not those of a build still running in another process: several may start at once).
-    When the rename finds the entry there, another process built it meanwhile: theirs is kept.
-    Anything else the disk refuses is one line, and nothing is kept.
+    The temp folders a killed build of it left are removed first (not those of a build still
+    running in another process: several may start at once). An entry already there is
+    replaced only if, once ours is built, it is not `intact` (damaged): another process may
+    have built it meanwhile (the build takes minutes), and theirs is kept. Anything else the
+    disk refuses is one line, and nothing is kept.
     """
-    if folder.exists():
-        remove_folder(folder)
     remove_temp_entries(folder.parent, f"{folder.name}.*", abandoned_only=True)
     try:
         with staged_folder(folder) as staging:
             fill(staging)
+            if folder.exists() and not intact(folder):
+                _remove_damaged(folder)
     except OSError as err:
-        if not folder.is_dir():
+        if not (folder.is_dir() and intact(folder)):
             raise AttncliError(f"{folder.parent}: cannot write the data cache "
                                f"({err.strerror or err}); nothing was kept") from None

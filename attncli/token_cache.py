@@ -151,7 +151,8 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
         log(f"cache: {folder} is incomplete or damaged; tokenizing again")
     started = time.perf_counter()
     write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
-                                                        limit))
+                                                        limit),
+                intact=lambda entry: open_entry(entry, key) is not None)
     split = open_entry(folder, key)
     if split is None:
         raise AttncliError(f"{folder}: the token cache just written does not read back; is "

@@ -4,6 +4,7 @@ entry is damaged; batches fed by worker processes in exactly the sampler's order
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -269,3 +270,36 @@ def test_a_shared_cache_keeps_the_temp_folders_of_builders_still_running(tmp_pat
     assert (tmp_path / "abc" / "done").read_text() == "built"
     remove_temp_entries(tmp_path, "abc.*")  # a checkpoint's single writer clears them all
     assert not left["elsewhere"].exists()
+
+
+def _entry(folder: Path, text: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "content.txt").write_text(text)
+
+
+def _intact(folder: Path) -> bool:
+    return (folder / "content.txt").is_file()
+
+
+def test_a_cache_entry_another_process_finished_meanwhile_is_kept(tmp_path):
+    """The entry was deleted before the build and its builder's rename then failed with a
+    traceback: now theirs is kept, and only a damaged one is replaced."""
+    from attncli.data_cache import write_entry
+
+    folder = tmp_path / "corpora" / "key"
+    _entry(folder, "theirs, finished while we trained our tokenizer")
+    write_entry(folder, lambda staging: (staging / "content.txt").write_text("ours"), _intact)
+    assert (folder / "content.txt").read_text().startswith("theirs")
+    shutil.rmtree(folder)
+
+    def theirs_finishes_first(staging: Path) -> None:
+        (staging / "content.txt").write_text("ours")
+        _entry(folder, "theirs")  # another process renames its entry in while ours builds
+
+    write_entry(folder, theirs_finishes_first, _intact)
+    assert (folder / "content.txt").read_text() == "theirs"
+    assert [p.name for p in folder.parent.iterdir()] == ["key"]  # no temp folder left
+
+    (folder / "content.txt").unlink()  # damaged: replaced by ours
+    write_entry(folder, lambda staging: (staging / "content.txt").write_text("ours"), _intact)
+    assert (folder / "content.txt").read_text() == "ours"
