@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from attncli.atomic import atomic_write_json, remove_folder, remove_temp_entries, replaced_folder
-from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE, read_state
+from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE, io_reason, read_state
 from attncli.checkpoint_state import read_tensors
 from attncli.errors import AttncliError
 from attncli.runs import RunPaths, open_run
@@ -58,11 +59,16 @@ def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[i
     meta = {"format": FORMAT, "step": str(steps[-1]), "model_fingerprint": fingerprint,
             "averaged_steps": ",".join(map(str, steps))}
     remove_temp_entries(paths.checkpoints, f"{paths.averaged.name}.*")  # a killed write left
-    with replaced_folder(paths.averaged) as folder:
-        save_file(mean, folder / MODEL_FILE, metadata=meta)
-        atomic_write_json(folder / STATE_FILE, {"format": FORMAT, "averaged_steps": steps,
-                                                "model_fingerprint": fingerprint,
-                                                **(record or {})})
+    try:
+        with replaced_folder(paths.averaged) as folder:
+            save_file(mean, folder / MODEL_FILE, metadata=meta)
+            atomic_write_json(folder / STATE_FILE, {"format": FORMAT, "averaged_steps": steps,
+                                                    "model_fingerprint": fingerprint,
+                                                    **(record or {})})
+    except (OSError, SafetensorError) as err:
+        raise AttncliError(f"{paths.root}: could not write the averaged checkpoint "
+                           f"({io_reason(err)}); the step folders are intact, and `attncli "
+                           f"average {paths.root} --last {len(steps)}` writes it later") from None
     return paths.averaged
 
 

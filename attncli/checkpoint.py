@@ -98,7 +98,7 @@ def save_checkpoint(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Op
     except (OSError, SafetensorError) as err:
         before = paths.read_pointers().get("last", "none")
         raise AttncliError(f"{paths.root}: could not save the checkpoint of step {step} "
-                           f"({_io_reason(err)}); the previous checkpoint ({before}) is intact"
+                           f"({io_reason(err)}); the previous checkpoint ({before}) is intact"
                            ) from None
     _phase("pointed", step)
     _prune(paths, keep)
@@ -106,7 +106,7 @@ def save_checkpoint(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Op
     return paths.step_dir(step)
 
 
-def _io_reason(err: Exception) -> str:
+def io_reason(err: Exception) -> str:
     """'File too large' from an OSError, or from safetensors' 'I/O error: ... (os error 27)'."""
     if isinstance(err, OSError) and err.strerror:
         return err.strerror

@@ -310,6 +310,23 @@ def test_average_writes_the_mean_that_eval_and_translate_can_use(runs, data_dir)
         assert said.returncode == 0, said.stderr
 
 
+def test_a_full_disk_while_averaging_is_one_line_and_leaves_no_folder(runs, monkeypatch):
+    from safetensors import SafetensorError
+
+    from attncli import average
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                              "(os error 28)")
+
+    run = _copy(runs, "full-average")
+    monkeypatch.setattr(average, "save_file", full)
+    assert_one_line_error(run_cli("average", str(run), "--last", "2"),
+                          "could not write the averaged checkpoint (No space left on device)")
+    assert not [p for p in (run / "checkpoints").iterdir()
+                if p.name.startswith((".tmp-", "averaged"))]
+
+
 def test_average_again_replaces_the_mean(runs):
     run = _copy(runs, "averaged-twice")
     for last in (2, 3):

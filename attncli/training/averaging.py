@@ -41,16 +41,18 @@ def average_at_end(trainer: Any) -> str:
     kept = scores.bleu > state.best_bleu
     record = {"val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
               "best_step": state.best_step, "best_val_bleu": round(state.best_bleu, 3)}
-    trainer.metrics.write({"event": "averaged", "step": state.step, "steps": steps, **record,
-                           "kept": kept})
     said = (f"averaged steps {', '.join(map(str, steps))}: greedy val BLEU {scores.bleu:.2f}, "
             f"best {state.best_bleu:.2f} (step-{state.best_step})")
-    if kept:
+    if kept:  # the event is logged once the folder it speaks of exists
         folder = write_averaged(paths, mean, steps, fingerprint, record)
-        return f"{said}: better, kept as {folder} (eval and translate use it by default)"
-    gone = " (the earlier one removed)" if remove_averaged(paths) else ""
-    return (f"{said}: not better, so no averaged checkpoint is kept{gone}; eval and translate "
-            f"use best")
+        said = f"{said}: better, kept as {folder} (eval and translate use it by default)"
+    else:
+        gone = " (the earlier one removed)" if remove_averaged(paths) else ""
+        said = (f"{said}: not better, so no averaged checkpoint is kept{gone}; eval and "
+                f"translate use best")
+    trainer.metrics.write({"event": "averaged", "step": state.step, "steps": steps, **record,
+                           "kept": kept})
+    return said
 
 
 def score_weights(trainer: Any, weights: dict[str, torch.Tensor]) -> ValScores:
