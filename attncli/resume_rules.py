@@ -52,6 +52,19 @@ def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
                 f"run for that. May change: {_may_change_summary()}")
 
 
+# What greedy validation BLEU depends on beside the weights: the pairs and the search's limits.
+VALIDATION_KEYS = (("data", "valid_limit"), ("data", "val"), ("decode", "max_len_a"),
+                   ("decode", "max_len_b"), ("decode", "no_repeat_ngram_size"))
+
+
+def validation_changes(saved: Config, wanted: Config) -> list[str]:
+    """The resume's changes to what validation scores ('data.valid_limit 16 -> 200'): the run's
+    best BLEU so far was scored otherwise, and cannot be compared with the next ones as it is."""
+    old, new = saved.to_dict(), wanted.to_dict()
+    return [f"{section}.{key} {old[section][key]!r} -> {new[section][key]!r}"
+            for section, key in VALIDATION_KEYS if old[section][key] != new[section][key]]
+
+
 def model_fingerprint(model: ModelConfig) -> str:
     """A short hash of what shapes the weights (keys that --resume may change are left out)."""
     free = RESUME_MAY_CHANGE["model"] or frozenset()

@@ -241,6 +241,21 @@ def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
     assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
 
 
+def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
+    """BLEU of the old validation pairs and of the new ones were compared: `best`, patience
+    and the end's averaging then chose on figures of two kinds."""
+    run = _copy(runs, "revalidated")
+    before = json.loads((run / "checkpoints" / pointers(run)["best"] / "state.json").read_text())
+    result = resume(data_dir, run, "train.max_steps=8", "data.valid_limit=5")
+    assert result.returncode == 0, result.stderr
+    log = (run / "train.log").read_text()
+    assert (f"validation changed (data.valid_limit 16 -> 5): the best checkpoint so far, "
+            f"step-{before['best_step']}, scored again: greedy BLEU") in log
+    plain = _copy(runs, "same-validation")
+    assert resume(data_dir, plain, "train.max_steps=8").returncode == 0
+    assert "validation changed" not in (plain / "train.log").read_text()
+
+
 def test_a_live_run_is_not_resumed_by_a_second_process(runs, data_dir):
     """A second `--resume` of a run being trained loaded the other's older save, dropped its
     newer metrics and collided with it at a save: the run folder is held while training."""

@@ -18,13 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from attncli.average import mean_weights, newest_steps, remove_averaged, write_averaged
-from attncli.checkpoint_state import load_state_dict_strictly
-from attncli.distributed import World
-from attncli.model.build import build_model
-from attncli.training.validate import Validator, ValScores
+from attncli.training.validate import score_weights
 
 
 def average_at_end(trainer: Any) -> str:
@@ -53,14 +48,3 @@ def average_at_end(trainer: Any) -> str:
     trainer.metrics.write({"event": "averaged", "step": state.step, "steps": steps, **record,
                            "kept": kept})
     return said
-
-
-def score_weights(trainer: Any, weights: dict[str, torch.Tensor]) -> ValScores:
-    """Validation loss and greedy BLEU of `weights` in a model of the run's config, scored by
-    this process alone on the trainer's device."""
-    model = build_model(trainer.config, trainer.tokenizer)
-    load_state_dict_strictly(model, weights, trainer.paths.averaged)
-    validator = Validator(trainer.config, model.to(trainer.device), trainer.tokenizer,
-                          trainer.data, trainer.device, trainer.precision,
-                          trainer.state.pad_multiple, World())
-    return validator.score()

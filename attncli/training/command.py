@@ -12,16 +12,18 @@ import os
 from collections.abc import Iterator
 
 from attncli import distributed
-from attncli.config import check_process_shares, save_config
+from attncli.config import check_process_shares, load_config, save_config
 from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
 from attncli.errors import AttncliError, report
 from attncli.progress import Reporter, SilentReporter
+from attncli.resume_rules import validation_changes
 from attncli.runs import RunPaths, run_lock
 from attncli.tensorboard_log import open_tensorboard
 from attncli.tokenizer import tokenizer_from_bytes
 from attncli.training.prepare import banner, never_saved, prepare_run
 from attncli.training.trainer import Trainer
+from attncli.training.validate import rescore_best
 
 
 def train_command(config, resumed: RunPaths | None, config_path, name: str | None, runs_dir,
@@ -106,6 +108,8 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
                 f"{paths.root}: train.{reached} ({getattr(config.train, reached)}) is reached "
                 f"already at step {trainer.state.step}; raise it to train on "
                 f"(--set train.{reached}=...)")
+        if changes := validation_changes(load_config(paths.config), config):
+            reporter.line(rescore_best(trainer, changes))  # every process: their states agree
     if trainer.world.primary:
         save_config(config, paths.config)  # --set may have extended the run
     if from_step_0:

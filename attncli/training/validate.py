@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from attncli.batching import token_batches
+from attncli.checkpoint import MODEL_FILE
+from attncli.checkpoint_state import load_state_dict_strictly, read_tensors
 from attncli.device import autocast, compute_dtype, resolve_decode_precision
 from attncli.distributed import World
+from attncli.model.build import build_model
 from attncli.tokenizer import PAD_ID
 
 
@@ -77,3 +82,33 @@ class Validator:
         for rank, share in enumerate(shares):
             hyps[rank :: self.world.size] = share
         return corpus_scores(hyps, self.ref, self.config.data.tgt)["bleu"]
+
+
+def score_weights(trainer: Any, weights: dict[str, torch.Tensor],
+                  source: Path | None = None) -> ValScores:
+    """Validation loss and greedy BLEU of `weights` (read from `source`, which errors name) in
+    a model of the run's config, scored by this process alone on the trainer's device."""
+    model = build_model(trainer.config, trainer.tokenizer)
+    load_state_dict_strictly(model, weights, source or trainer.paths.averaged)
+    validator = Validator(trainer.config, model.to(trainer.device), trainer.tokenizer,
+                          trainer.data, trainer.device, trainer.precision,
+                          trainer.state.pad_multiple, World())
+    return validator.score()
+
+
+def rescore_best(trainer: Any, changes: list[str]) -> str:
+    """After a resume that changed what validation scores (`changes`), the best checkpoint so
+    far is scored again the new way, so the next validations are compared with a figure of
+    their own kind (else `best`, patience and the end's averaging would compare BLEU on
+    different pairs); the log line saying so."""
+    state = trainer.state
+    state.bad_validations = 0
+    if state.best_step is None:
+        return f"validation changed ({'; '.join(changes)}); no best checkpoint yet"
+    weights_file = trainer.paths.step_dir(state.best_step) / MODEL_FILE
+    weights, _ = read_tensors(weights_file)
+    before, state.best_bleu = state.best_bleu, score_weights(trainer, weights,
+                                                            weights_file).bleu
+    return (f"validation changed ({'; '.join(changes)}): the best checkpoint so far, "
+            f"step-{state.best_step}, scored again: greedy BLEU {state.best_bleu:.2f} (was "
+            f"{before:.2f} the old way)")
