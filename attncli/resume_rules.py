@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from attncli.config import Config, ModelConfig
 from attncli.errors import AttncliError
@@ -50,6 +51,28 @@ def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
                 f"--resume {run}: {section}.{key} cannot change when resuming "
                 f"({old[section].get(key)!r} -> {value!r}): {_WHY_FIXED[section]}; start a new "
                 f"run for that. May change: {_may_change_summary()}")
+
+
+def fixed_settings(config: Config) -> dict[str, Any]:
+    """Every key a resume may not change, 'section.key' -> value. state.json keeps them, so a
+    hand-edited config.yaml cannot slip past `check_resume_changes`, which compares --set with
+    that same file."""
+    return {f"{section}.{key}": value for section, values in config.to_dict().items()
+            for key, value in values.items()
+            if (allowed := RESUME_MAY_CHANGE.get(section, frozenset())) is not None
+            and key not in allowed}
+
+
+def check_fixed_settings(recorded: dict[str, Any], config: Config, folder: object) -> None:
+    """Refuse a config whose fixed keys differ from those the checkpoint recorded (runs saved
+    before they were recorded: nothing to compare)."""
+    now = fixed_settings(config)
+    for key, value in recorded.items():
+        if key in now and now[key] != value:
+            raise AttncliError(
+                f"{folder}: {key} is {now[key]!r} in the run's config.yaml, but the run trained "
+                f"with {value!r} (was the file edited?); it cannot change when resuming: put it "
+                f"back, or start a new run")
 
 
 # What greedy validation BLEU depends on beside the weights: the pairs and the search's limits.

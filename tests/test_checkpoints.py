@@ -241,6 +241,33 @@ def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
     assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
 
 
+def test_a_resume_inside_a_log_window_logs_the_uninterrupted_runs_figures(data_dir, tmp_path):
+    """Stopped at step 6 with log_every 4, the first train event after the resume (step 8)
+    averaged steps 7-8 only; the open window is saved with the checkpoint."""
+    sets = ["train.log_every=4", "train.eval_every=100"]
+    straight = train(data_dir, tmp_path, SMALL, "--name", "whole",
+                     sets=[*sets, "train.max_steps=8"])
+    assert straight.returncode == 0, straight.stderr
+    first = train(data_dir, tmp_path, SMALL, "--name", "halves",
+                  sets=[*sets, "train.max_steps=6"])
+    assert first.returncode == 0, first.stderr
+    again = resume(data_dir, tmp_path / "halves", "train.max_steps=8")
+    assert again.returncode == 0, again.stderr
+    assert losses(tmp_path / "halves") == losses(tmp_path / "whole")  # steps 4 and 8
+
+
+def test_a_hand_edited_config_cannot_change_a_fixed_key(runs, data_dir):
+    """--set of train.seed is refused; the same change written into config.yaml was taken,
+    and the saved data position then pointed into batches cut another way."""
+    run = _copy(runs, "edited")
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("seed: 1234", "seed: 99"))
+    assert_one_line_error(resume(data_dir, run, "train.max_steps=8"),
+                          "train.seed is 99 in the run's config.yaml, but the run trained with "
+                          "1234 (was the file edited?)")
+    assert pointers(run)["last"] == "step-6"
+
+
 def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
     """BLEU of the old validation pairs and of the new ones were compared: `best`, patience
     and the end's averaging then chose on figures of two kinds."""

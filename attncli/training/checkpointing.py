@@ -8,7 +8,7 @@ go to safetensors (see `checkpoint.py`); nothing here is pickled.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,6 +38,8 @@ class RunState:
     threads: int = 0        # CPU threads of the process that saved (0: not recorded, before 0.5)
     data: str = ""          # `data_fingerprint` of the training pairs ("": before 0.5)
     elapsed: float = 0.0    # training seconds (validation and saving not counted)
+    window: dict = field(default_factory=dict)  # the open log window (figures.window_record)
+    fixed: dict = field(default_factory=dict)   # the config keys a resume may not change
 
 
 def data_fingerprint(corpus) -> str:

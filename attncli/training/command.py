@@ -16,6 +16,7 @@ from attncli.config import check_process_shares, load_config, save_config
 from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
 from attncli.errors import AttncliError, report
+from attncli.plots import plot_curves
 from attncli.progress import Reporter, SilentReporter
 from attncli.resume_rules import validation_changes
 from attncli.runs import RunPaths, run_lock
@@ -117,6 +118,8 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
                       f"trains again from step 0 with its config")
         return
     dropped = trainer.metrics.drop_after(trainer.state.step)
+    if trainer.world.primary and dropped:  # the curves showed the dropped events too
+        plot_curves(trainer.metrics.read(), paths.curves)
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
                   f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
 

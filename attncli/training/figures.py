@@ -4,7 +4,7 @@ train and skipped events in metrics.jsonl, and the count of non-finite updates i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -31,14 +31,20 @@ class UpdateFigures:
     save or stop step), so a GPU is never kept waiting for the host between updates."""
 
     def __init__(self, cfg: TrainConfig, world: World, metrics: MetricsLog, reporter: Reporter,
-                 clock: Stopwatch):
+                 clock: Stopwatch, window: dict | None = None):
+        """`window`: the open log window a checkpoint saved (`window_record`), so the first
+        train event after a resume averages the same updates as the uninterrupted run's."""
         self.cfg, self.world, self.metrics, self.reporter = cfg, world, metrics, reporter
         self.clock = clock
-        self.window = _Window(clock.seconds())
+        self.window = _Window(**window) if window else _Window(clock.seconds())
         self.pending: list[tuple[int, float, StepStats]] = []  # updates not read yet
         self.nonfinite_in_row, self.nonfinite_stop = 0, None
         self.shown = ""  # figures beside the progress bar
         self.last_read: tuple[float, float, float] = (math.nan, 0.0, math.nan)  # loss, lr, norm
+
+    def window_record(self) -> dict:
+        """The updates since the last log line, for state.json (read first: see `read`)."""
+        return asdict(self.window)
 
     def add(self, step: int, lr: float, stats: StepStats) -> None:
         self.pending.append((step, lr, stats))

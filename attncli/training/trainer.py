@@ -20,7 +20,7 @@ from attncli.errors import AttncliError
 from attncli.model.build import build_model
 from attncli.plots import plot_curves
 from attncli.progress import Reporter
-from attncli.resume_rules import model_fingerprint
+from attncli.resume_rules import check_fixed_settings, fixed_settings, model_fingerprint
 from attncli.runs import MetricsLog, RunPaths
 from attncli.subword_sampling import SubwordSampler
 from attncli.training.averaging import average_at_end
@@ -86,6 +86,7 @@ class Trainer:
         self.state, folder = resume_run(self.paths, self.model, self.optimizer, self.cfg,
                                         self.world, self.device, self.fingerprint)
         self.saved_step = self.state.step
+        check_fixed_settings(self.state.fixed, self.config, folder)
         self._check_same_data(folder)
         chosen = self._device_pad_multiple()
         if chosen != self.state.pad_multiple:
@@ -129,7 +130,8 @@ class Trainer:
         """
         state, cfg, reason = self.state, self.cfg, None
         self.clock = Stopwatch(state.elapsed)
-        self.figures = UpdateFigures(cfg, self.world, self.metrics, self.reporter, self.clock)
+        self.figures = UpdateFigures(cfg, self.world, self.metrics, self.reporter, self.clock,
+                                     state.window)
         with StopSignal() as stop:
             for update in self.feed.updates(state.epoch, state.batch_index):
                 state.epoch, state.batch_index = update.epoch, update.batch_index
@@ -255,6 +257,8 @@ class Trainer:
         """Save a step folder for the current step, once per step."""
         if self.saved_step == self.state.step:
             return
+        self.state.window = self.figures.window_record()
+        self.state.fixed = fixed_settings(self.config)
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
                  self.device, self.fingerprint)
         self.saved_step = self.state.step
