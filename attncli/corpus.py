@@ -41,15 +41,16 @@ SAMPLE_SEED = 0
 
 
 def pair_bytes(ds) -> np.ndarray:
-    """UTF-8 bytes of each pair, both sides as stored: at least its characters, and at least
-    what the trainer is handed (stripped). Computed from the Arrow offsets of the table under
+    """UTF-8 bytes of each pair, both sides as stored (0 for a pair with an empty side, which
+    the trainer is never handed): at least its characters, and at least what the trainer is
+    handed (stripped). Computed from the Arrow offsets of the table under
     `ds`, so no text is copied (iterating `ds` in batches would concatenate it)."""
     import pyarrow.compute as pc
 
     table = ds.data
     sides = [pc.fill_null(pc.binary_length(table.column(side)), 0).to_numpy()
              for side in ("src", "tgt")]
-    sizes = np.add(*sides, dtype=np.int64)
+    sizes = np.where((sides[0] > 0) & (sides[1] > 0), np.add(*sides, dtype=np.int64), 0)
     if ds._indices is not None:  # a selection of the table's rows (datasets' indices mapping)
         sizes = sizes[ds._indices.column(0).to_numpy()]
     return sizes
@@ -64,13 +65,17 @@ def sample_rows(sizes: np.ndarray, size: int, max_bytes: int,
     of text for unigram), so a bound in pairs alone lets a corpus of long sentences take any
     amount. The pairs are drawn exactly as when only `size` bounded them, then the draw is cut
     where its bytes pass `max_bytes`, so a corpus within both bounds is read whole and in
-    order, as before this bound existed.
+    order, as before this bound existed. Pairs with an empty side (size 0: skipped by the
+    trainer) and pairs larger than `max_bytes` alone are never drawn: they took places in the
+    sample that no text filled, or ended it at once.
     """
-    count = len(sizes)
-    if count <= size and int(sizes.sum()) <= max_bytes:
+    eligible = np.flatnonzero((sizes > 0) & (sizes <= max_bytes))  # not empty, and fits alone
+    count = len(eligible)
+    if count == len(sizes) and count <= size and int(sizes.sum()) <= max_bytes:
         return None
     rng = np.random.default_rng(seed)
-    order = rng.choice(count, size, replace=False) if count > size else rng.permutation(count)
+    order = eligible[rng.choice(count, size, replace=False) if count > size
+                     else rng.permutation(count)]
     keep = int(np.searchsorted(np.cumsum(sizes[order]), max_bytes, side="right"))
     return np.sort(order[:keep])
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import toy_pairs, write_toy_corpus
@@ -184,6 +185,25 @@ def test_the_trainer_is_handed_at_most_sample_bytes(toy, tmp_path, monkeypatch):
     _, lines = _prepare(_config(toy, tmp_path / "cache", sample_bytes=6000))
     assert len(handed) == 1 and 5000 < handed[0] <= 6000
     assert any("(at most 1,000,000 pairs and 6,000 bytes)" in line for line in lines)
+
+
+def test_the_sample_draws_no_empty_pair_and_no_pair_larger_than_the_bound(tmp_path):
+    """Empty pairs took places in the sample that no text filled (sample_size 2 of 200 real
+    and 200 empty pairs could come out empty); one pair over the byte bound, drawn first,
+    ended the sample at once ("smaller than any pair", which was not so)."""
+    import datasets
+
+    from attncli.corpus import sample_rows
+
+    real = [{"src": f"word {i}", "tgt": f"wort {i}"} for i in range(200)]
+    rows = real + [{"src": "", "tgt": ""}] * 200
+    ds = datasets.Dataset.from_list(rows)
+    for seed in range(5):
+        texts = list(sampled_texts(ds, 2, None, seed)("src"))
+        assert len(texts) == 2
+    sizes = np.array([10] * 50 + [1000] + [10] * 50)
+    picked = sample_rows(sizes, 1000, 500)
+    assert picked is not None and 50 not in picked and len(picked) == 50  # 500 bytes of 10
 
 
 def test_a_byte_bound_below_one_pair_is_one_line(toy, tmp_path):
