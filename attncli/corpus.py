@@ -141,7 +141,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     ds = first_rows(source.rows, config.data.train_limit)
     sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)
     texts = side_texts(sample)
-    if len(ds) and not len(sample):
+    if len(ds) and not len(sample) and pair_bytes(ds).any():
         raise AttncliError(f"tokenizer.sample_bytes={cfg.sample_bytes:,} is smaller than any "
                            f"pair of the train split of {source.name}")
     if next(texts("src"), None) is None:
