@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from attncli.config import Config, ModelConfig
+from attncli.config import Config, ModelConfig, TrainConfig
 from attncli.errors import AttncliError
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
@@ -73,6 +73,32 @@ def check_fixed_settings(recorded: dict[str, Any], config: Config, folder: objec
                 f"{folder}: {key} is {now[key]!r} in the run's config.yaml, but the run trained "
                 f"with {value!r} (was the file edited?); it cannot change when resuming: put it "
                 f"back, or start a new run")
+
+
+def limit_reached(train: TrainConfig, step: int, epoch: int, elapsed: float) -> str | None:
+    """The first of train.max_steps / max_epochs / max_minutes that a run at (step, epoch,
+    training seconds) has reached, if any."""
+    if train.max_steps is not None and step >= train.max_steps:
+        return "max_steps"
+    if train.max_epochs is not None and epoch >= train.max_epochs:
+        return "max_epochs"
+    if train.max_minutes is not None and elapsed >= train.max_minutes * 60:
+        return "max_minutes"
+    return None
+
+
+def check_resume_limits(saved: dict[str, Any], train: TrainConfig, run: object) -> None:
+    """Refuse to resume a run whose last save (`saved`: its state.json) already reached a limit
+    of `train`, or stopped on patience: it would save again at once, or train one more
+    validation interval and stop again."""
+    step = saved.get("step", 0)
+    reached = limit_reached(train, step, saved.get("epoch", 0), saved.get("elapsed_s", 0.0))
+    if reached is None and train.patience is not None:
+        reached = "patience" if saved.get("bad_validations", 0) >= train.patience else None
+    if reached:
+        raise AttncliError(
+            f"{run}: train.{reached} ({getattr(train, reached)}) is reached already at step "
+            f"{step}; raise it to train on (--set train.{reached}=...)")
 
 
 # What greedy validation BLEU depends on beside the weights: the pairs and the search's limits.

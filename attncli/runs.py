@@ -30,7 +30,7 @@ from typing import Any
 from attncli.atomic import atomic_write_text
 from attncli.config import Config, load_config
 from attncli.errors import AttncliError
-from attncli.resume_rules import check_resume_changes
+from attncli.resume_rules import check_resume_changes, check_resume_limits
 from attncli.tensorboard_log import tensorboard_wanted
 
 STEP_FOLDER = re.compile(r"step-(\d+)")
@@ -249,6 +249,14 @@ class MetricsLog:
         return len(records) - len(kept)
 
 
+def _saved_state(folder: Path) -> dict[str, Any]:
+    """A checkpoint's state.json as saved ({} if unreadable: loading it says what is wrong)."""
+    try:
+        return json.loads((folder / "state.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 def training_config(config_path: Path | None, overrides: list[str], resume: Path | None,
                     name: str | None = None) -> tuple[Config, RunPaths | None]:
     """The config `attncli train` will use, and the run folder when resuming (else None).
@@ -270,5 +278,7 @@ def training_config(config_path: Path | None, overrides: list[str], resume: Path
         paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0
         config = load_config(paths.config, overrides)
         check_resume_changes(load_config(paths.config), config, str(resume))
+        if (last := paths.pointed_steps().get("last")) is not None:
+            check_resume_limits(_saved_state(paths.step_dir(last)), config.train, resume)
     tensorboard_wanted(config.train.tensorboard)  # true without it installed: said now
     return config, paths

@@ -237,8 +237,12 @@ def test_metrics_past_the_checkpoint_are_dropped_on_resume(runs, data_dir):
 
 
 def test_a_reached_limit_is_said_not_trained_past(runs, data_dir):
+    """Refused before the data is prepared: the run folder is left exactly as it was (its
+    log once grew by the preparation's lines)."""
     run = _copy(runs, "done")
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
     assert_one_line_error(resume(data_dir, run), "train.max_steps (6) is reached already")
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
 
 def test_a_resume_inside_a_log_window_logs_the_uninterrupted_runs_figures(data_dir, tmp_path):

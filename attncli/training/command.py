@@ -103,12 +103,6 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     paths = trainer.paths
     if not from_step_0:
         folder = trainer.resume()
-        reached = trainer.limit_reached() or _patience_spent(trainer)
-        if reached:
-            raise AttncliError(
-                f"{paths.root}: train.{reached} ({getattr(config.train, reached)}) is reached "
-                f"already at step {trainer.state.step}; raise it to train on "
-                f"(--set train.{reached}=...)")
         if changes := validation_changes(load_config(paths.config), config):
             reporter.line(rescore_best(trainer, changes))  # every process: their states agree
     if trainer.world.primary:
@@ -122,14 +116,6 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
         plot_curves(trainer.metrics.read(), paths.curves)
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
                   f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
-
-
-def _patience_spent(trainer: Trainer) -> str | None:
-    """'patience' when the run stopped for it: resumed as it is, it would train one more
-    validation interval and stop again."""
-    patience = trainer.cfg.patience
-    return ("patience" if patience is not None and trainer.state.bad_validations >= patience
-            else None)
 
 
 def _signal_exit(signal_name: str | None, step: int, paths: RunPaths, world: World

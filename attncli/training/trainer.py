@@ -20,7 +20,12 @@ from attncli.errors import AttncliError
 from attncli.model.build import build_model
 from attncli.plots import plot_curves
 from attncli.progress import Reporter
-from attncli.resume_rules import check_fixed_settings, fixed_settings, model_fingerprint
+from attncli.resume_rules import (
+    check_fixed_settings,
+    fixed_settings,
+    limit_reached,
+    model_fingerprint,
+)
 from attncli.runs import MetricsLog, RunPaths
 from attncli.subword_sampling import SubwordSampler
 from attncli.training.averaging import average_at_end
@@ -155,14 +160,7 @@ class Trainer:
 
     def limit_reached(self) -> str | None:
         """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
-        cfg, state = self.cfg, self.state
-        if cfg.max_steps is not None and state.step >= cfg.max_steps:
-            return "max_steps"
-        if cfg.max_epochs is not None and state.epoch >= cfg.max_epochs:
-            return "max_epochs"
-        if cfg.max_minutes is not None and state.elapsed >= cfg.max_minutes * 60:
-            return "max_minutes"
-        return None
+        return limit_reached(self.cfg, self.state.step, self.state.epoch, self.state.elapsed)
 
     def _agreed_stop(self, stop: StopSignal) -> str | None:
         """A signal or a limit, the same on every process (their clocks differ a little, and a
