@@ -161,7 +161,8 @@ def translate(
         None, help="Sentences to translate. None or '-' reads standard input line by line."
     ),
     run: Path | None = typer.Option(
-        None, "--run", help="Run folder (default: the newest run under ./runs with a best model)."
+        None, "--run",
+        help="Run folder (default: the run under ./runs that saved a checkpoint last)."
     ),
     beam: int | None = typer.Option(None, "--beam", min=1, help="Beam size (1 = greedy)."),
     nbest: int = typer.Option(1, "--nbest", min=1, help="Print the N best translations."),
@@ -198,7 +199,7 @@ def translate(
 @app.command()
 def serve(
     run: Path | None = typer.Argument(
-        None, help="Run folder (default: the newest run under ./runs with a best model)."),
+        None, help="Run folder (default: the run under ./runs that saved a checkpoint last)."),
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
@@ -248,7 +249,7 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace the output folder if it exists."),
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
-    """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli[ct2]`)."""
+    """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli\\[ct2]`)."""
     from attncli.export import export_command
 
     export_command(run_dir, to, quantization, output, force, checkpoint)
@@ -270,7 +271,8 @@ def bench(
     device: str = DEVICE_OPTION,
     suite: Suite = typer.Option(Suite.all, "--suite", help="Which benchmarks to run."),
     config: Path | None = typer.Option(
-        None, "--config", help="Model config for the train/infer suites (default: small.yaml)."
+        None, "--config", help="Model config for the train/infer suites (default: "
+        "configs/base.yaml on CUDA, configs/small.yaml on CPU)."
     ),
     json_file: Path | None = typer.Option(None, "--json", help="Also write every figure here."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs before timing."),
