@@ -20,6 +20,17 @@ def test_a_queue_smaller_than_a_request_is_refused(served_run):
     assert_one_line_error(result, "--max-queue 5 is less than --max-texts 10")
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--timeout", "inf"], "--timeout and --batch-wait must be finite"),
+    (["--batch-wait", "inf"], "--timeout and --batch-wait must be finite"),
+    (["--timeout", "2", "--batch-wait", "5000"], "--batch-wait 5000 ms is not shorter than"),
+])
+def test_timeouts_that_would_stall_the_server_are_refused(served_run, args, expected):
+    """`--batch-wait inf` killed the decoding loop while the server went on taking requests;
+    `--timeout inf` made /v1/model a 500."""
+    assert_one_line_error(run_cli("serve", str(served_run), *args), expected)
+
+
 def test_a_port_in_use_is_one_line(served_run):
     pytest.importorskip("uvicorn")
     with socket.socket() as taken:

@@ -17,8 +17,8 @@ TEXTS = ["The woman paints a small boat in the park.", "A child carries the gree
 REQUESTS = 12
 
 
-def test_sigterm_answers_the_queued_requests_then_exits_0(served_run, tmp_path):
-    # one request a batch, so the later ones queue behind the one decoding
+def _busy_server(served_run, tmp_path) -> tuple[Server, list[threading.Thread], list[object]]:
+    """A server with REQUESTS accepted, some queued and one decoding."""
     server = Server(served_run, "--batch-size", "16", "--max-texts", "16", "--max-beam", "8",
                     log_path=tmp_path / "server.log")
     statuses: list[object] = [None] * REQUESTS
@@ -37,10 +37,25 @@ def test_sigterm_answers_the_queued_requests_then_exits_0(served_run, tmp_path):
         health = server.request("/health").json
         accepted = health["queued"] + health["decoding"] + health["decoded"]
         if accepted == REQUESTS * len(TEXTS) and health["queued"] and health["decoding"]:
-            break
+            return server, threads, statuses
         time.sleep(0.002)
-    else:
-        pytest.fail(f"never saw every request accepted with some queued: {health}")
+    pytest.fail(f"never saw every request accepted with some queued: {health}")
+
+
+def test_a_second_signal_stops_at_once(served_run, tmp_path):
+    server, threads, statuses = _busy_server(served_run, tmp_path)
+    server.process.send_signal(signal.SIGINT)
+    time.sleep(0.1)  # two signals at once would reach Python's handler as one
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(10) == 130, server.log()
+    for thread in threads:
+        thread.join(60)
+    assert statuses.count(200) < REQUESTS  # it did not wait for the queue
+
+
+def test_sigterm_answers_the_queued_requests_then_exits_0(served_run, tmp_path):
+    # one request a batch, so the later ones queue behind the one decoding
+    server, threads, statuses = _busy_server(served_run, tmp_path)
     server.process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(60)

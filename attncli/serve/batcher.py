@@ -117,6 +117,7 @@ class Batcher:
             if job in self._jobs:
                 self._jobs.remove(job)
                 self._queued -= job.sentences
+                self._cond.notify()  # a wait for it (or with its deadline) ends now
 
     def _next_batch(self) -> list[_Job] | None:
         """The next batch, after waiting for jobs (None once stopping with nothing queued)."""
@@ -179,7 +180,7 @@ class Batcher:
                 for job, result in zip(live, results, strict=True):
                     if not job.future.done():
                         job.future.set_result(result)
-        except BaseException as err:  # the requests get the error, the thread goes on
+        except Exception as err:  # the requests get the error, the thread goes on
             for job in live:
                 if not job.future.done():
                     job.future.set_exception(err)

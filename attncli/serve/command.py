@@ -9,6 +9,8 @@ process exits 0. A second SIGINT stops at once.
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import socket
 import sys
@@ -56,7 +58,9 @@ def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
     than cores on a small machine, and OpenMP then stops spinning between parallel regions:
     decoding got three times slower (benchmarks/MEASUREMENTS.md). The signals come here too,
     and tell uvicorn to stop; uvicorn then finishes the requests in flight, and its shutdown
-    stops the batcher, whose loop returns once the queue is empty.
+    stops the batcher, whose loop returns once the queue is empty. A second Ctrl-C (SIGINT)
+    ends the process at once (exit 130), whatever is decoding; a failure of the decoding loop
+    stops uvicorn too, so no request is taken that nobody would answer.
     """
     import uvicorn
 
@@ -74,12 +78,21 @@ def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
         finally:
             batcher.stop()
 
+    def on_signal(sig: int, frame) -> None:
+        if server.should_exit and sig == signal.SIGINT:  # a second Ctrl-C: at once
+            os._exit(130)
+        server.handle_exit(sig, frame)
+
     handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, server.handle_exit) for sig in handled}
+    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
     thread = threading.Thread(target=http, name="attncli-http")
     try:
         thread.start()
-        batcher.run()
+        try:
+            batcher.run()
+        except BaseException:  # decoding is over: stop taking requests nobody would answer
+            server.should_exit = True
+            raise
         thread.join()
     finally:
         for sig, handler in previous.items():
@@ -88,10 +101,15 @@ def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
         raise RuntimeError(f"the HTTP server stopped: {failed[0] if failed else 'never started'}")
 
 
-def _check(max_texts: int, max_queue: int) -> None:
+def _check(max_texts: int, max_queue: int, timeout: float, batch_wait_ms: float) -> None:
     if max_queue < max_texts:
         raise AttncliError(f"--max-queue {max_queue} is less than --max-texts {max_texts}: a "
                            "full request could never be queued")
+    if not math.isfinite(timeout) or not math.isfinite(batch_wait_ms):
+        raise AttncliError("--timeout and --batch-wait must be finite numbers")
+    if batch_wait_ms / 1000 >= timeout:
+        raise AttncliError(f"--batch-wait {batch_wait_ms:g} ms is not shorter than --timeout "
+                           f"{timeout:g} s: a request could time out waiting for others")
 
 
 def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path | None,
@@ -101,7 +119,7 @@ def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path
                   batch_wait_ms: float) -> None:
     """`attncli serve`: see the module doc and `attncli serve --help`."""
     _check_installed()
-    _check(max_texts, max_queue)
+    _check(max_texts, max_queue, timeout, batch_wait_ms)
     from attncli.evaluate import load_for_decoding
     from attncli.runs import find_latest_run
     from attncli.serve.app import ServeOptions, build_app
