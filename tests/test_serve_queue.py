@@ -126,8 +126,10 @@ class FakeTranslator:
     description: dict = {}
 
 
-async def _call(app, method: str, path: str, body: dict | None = None):
-    """One request through the ASGI app: (status, headers, JSON body)."""
+async def _call(app, method: str, path: str, body: dict | None = None,
+                gone_after: float = 60):
+    """One request through the ASGI app: (status, headers, JSON body); the client disconnects
+    `gone_after` seconds after sending it."""
     data = json.dumps(body).encode() if body is not None else b""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
@@ -139,7 +141,7 @@ async def _call(app, method: str, path: str, body: dict | None = None):
     async def receive():
         if messages:
             return messages.pop()
-        await asyncio.sleep(60)
+        await asyncio.sleep(gone_after)
         return {"type": "http.disconnect"}
 
     sent = []
@@ -207,6 +209,25 @@ def test_a_request_that_waits_too_long_gets_503_and_leaves_the_queue():
     batcher.stop(5)
     assert late[0] == 503 and "not translated within 0.2 s" in late[2]["error"]
     assert 0.15 < waited < 2 and stats["queued"] == 0
+
+
+def test_a_client_that_goes_away_takes_its_job_out_of_the_queue():
+    """It was decoded for nobody, and held queue places that live clients were refused for."""
+    gate = Gate(blocked=True)
+    app, batcher = _app(gate)
+
+    async def scenario():
+        first = asyncio.create_task(_call(app, "POST", "/translate", LT))
+        await asyncio.to_thread(gate.started.wait, 5)
+        gone = await _call(app, "POST", "/translate", {**LT, "q": "bye"}, gone_after=0.1)
+        stats = batcher.stats()
+        gate.opened.set()
+        return gone, stats, await first
+
+    gone, stats, first = asyncio.run(scenario())
+    batcher.stop(5)
+    assert gone[0] == 499 and stats["queued"] == 0
+    assert first[0] == 200 and len(gate.batches) == 1  # "bye" was never decoded
 
 
 def test_a_failing_decoder_is_a_500_in_one_line_and_the_next_request_is_served():

@@ -90,6 +90,13 @@ def _answers_in_json(handler: Handler) -> Handler:
     return handle
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes its connection (the body having been read, the next
+    ASGI message is the disconnect, or nothing until the response is sent)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def _body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 past `limit` bytes (before reading it when it says so)."""
     length = request.headers.get("content-length")
@@ -154,9 +161,12 @@ class Service:
         self.check_key(request, fields)
         return fields
 
-    async def translate(self, req: TranslateRequest
+    async def translate(self, req: TranslateRequest, request: Request
                         ) -> tuple[list[list[int]], list[bool], list[Translation]]:
-        """Queue the request and wait for its batch: sources, which were cut, translations."""
+        """Queue the request and wait for its batch: sources, which were cut, translations.
+
+        A client that goes away while its job is queued takes the job out of the queue (it
+        was decoded for nobody, and held queue places live clients were refused for)."""
         if req.attention and not self.translator.attention:
             raise RequestError(400, "attention: this server runs CTranslate2, which returns no "
                                     "attention weights (serve with --engine torch for them)")
@@ -168,19 +178,26 @@ class Service:
         except QueueFull as err:
             raise RequestError(503, f"busy: {err}; try again shortly", retry_after=1) from None
         timeout = self.options.timeout
-        try:
-            found = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except asyncio.TimeoutError:
-            raise RequestError(503, f"not translated within {timeout:g} s; try again later",
-                               retry_after=max(1, round(timeout))) from None
-        return src_ids, cut, found
+        waiter = asyncio.wrap_future(future)
+        gone = asyncio.ensure_future(_disconnected(request))
+        done, _ = await asyncio.wait({waiter, gone}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        gone.cancel()
+        if waiter in done:
+            return src_ids, cut, waiter.result()
+        future.cancel()  # a queued job leaves the queue at once (a running one is not stopped)
+        waiter.cancel()  # so its late result is dropped, not left unread
+        if gone in done:
+            raise RequestError(499, "the client went away")
+        raise RequestError(503, f"not translated within {timeout:g} s; try again later",
+                           retry_after=max(1, round(timeout)))
 
     @_answers_in_json
     async def libretranslate(self, request: Request) -> Response:
         """POST /translate: LibreTranslate's request and answer."""
         req = libretranslate_request(await self.fields_of(request), self.translator.languages,
                                      self.translator.beam, self.limits)
-        _, _, found = await self.translate(req)
+        _, _, found = await self.translate(req, request)
         texts = [[self.translator.text(h) for h in t.hypotheses] for t in found]
         body: dict[str, Any] = {"translatedText": [t[0] for t in texts]}
         if req.n_best > 1:
@@ -194,7 +211,7 @@ class Service:
     async def native(self, request: Request) -> Response:
         """POST /v1/translate: n-best with scores, pieces, attention."""
         req = native_request(await self.fields_of(request), self.translator.beam, self.limits)
-        src_ids, cut, found = await self.translate(req)
+        src_ids, cut, found = await self.translate(req, request)
         sentences = [self.translator.sentence(*parts)
                      for parts in zip(req.texts, src_ids, cut, found, strict=True)]
         return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": sentences})
