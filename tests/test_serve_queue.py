@@ -127,16 +127,16 @@ class FakeTranslator:
 
 
 async def _call(app, method: str, path: str, body: dict | None = None,
-                gone_after: float = 60):
+                gone_after: float = 60, stalled: bool = False):
     """One request through the ASGI app: (status, headers, JSON body); the client disconnects
-    `gone_after` seconds after sending it."""
+    `gone_after` seconds after sending it (`stalled`: after the body's first part)."""
     data = json.dumps(body).encode() if body is not None else b""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
              "server": ("test", 80), "headers": [(b"host", b"test"),
                                                  (b"content-type", b"application/json")]}
-    messages = [{"type": "http.request", "body": data, "more_body": False}]
+    messages = [{"type": "http.request", "body": data, "more_body": stalled}]
 
     async def receive():
         if messages:
@@ -228,6 +228,15 @@ def test_a_client_that_goes_away_takes_its_job_out_of_the_queue():
     batcher.stop(5)
     assert gone[0] == 499 and stats["queued"] == 0
     assert first[0] == 200 and len(gate.batches) == 1  # "bye" was never decoded
+
+
+def test_a_body_that_stops_arriving_is_a_408_within_the_timeout():
+    app, batcher = _app(Gate(), timeout=0.2)
+    started = time.monotonic()
+    stalled = asyncio.run(_call(app, "POST", "/translate", LT, stalled=True))
+    batcher.stop(5)
+    assert stalled[0] == 408 and "did not arrive within 0.2 s" in stalled[2]["error"]
+    assert time.monotonic() - started < 5
 
 
 def test_a_failing_decoder_is_a_500_in_one_line_and_the_next_request_is_served():

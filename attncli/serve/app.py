@@ -156,8 +156,14 @@ class Service:
                                     "Authorization: Bearer header)")
 
     async def fields_of(self, request: Request) -> dict[str, Any]:
-        fields = parse_body(await _body(request, self.limits.max_body),
-                            request.headers.get("content-type", ""))
+        """The request's fields; a body that has not arrived within --timeout is a 408 (a
+        stalled upload held its connection, and the server's stop, for ever)."""
+        timeout = self.options.timeout
+        try:
+            body = await asyncio.wait_for(_body(request, self.limits.max_body), timeout)
+        except asyncio.TimeoutError:
+            raise RequestError(408, f"the body did not arrive within {timeout:g} s") from None
+        fields = parse_body(body, request.headers.get("content-type", ""))
         self.check_key(request, fields)
         return fields
 
