@@ -20,17 +20,25 @@ def _pyplot():
     return plt
 
 
-def plot_curves(records: Sequence[dict[str, Any]], path: Path) -> None:
-    """Training loss, validation loss and validation BLEU against steps, saved as a PNG."""
+def plot_curves(records: Sequence[dict[str, Any]], path: Path,
+                label_smoothing: float = 0.0) -> None:
+    """Training loss, validation loss and validation BLEU against steps, saved as a PNG.
+
+    The training loss is the one optimised, label-smoothed by `label_smoothing`; validation
+    scores plain cross-entropy. With smoothing the two differ by far more than overfitting
+    would make them (about 0.9 nats at 0.1 and 8,000 pieces), so the legend says which is
+    which."""
     plt = _pyplot()
     train = [r for r in records if r.get("event") == "train"]
     val = [r for r in records if r.get("event") == "val"]
     fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(10, 4))
     if train:
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+        smoothed = f" (label-smoothed, {label_smoothing:g})" if label_smoothing else ""
+        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train],
+                     label=f"train loss{smoothed}")
     if val:
         ax_loss.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-",
-                     label="val loss")
+                     label="val loss (cross-entropy)")
         ax_bleu.plot([r["step"] for r in val], [r["val_bleu"] for r in val], "o-", color="C2")
     ax_loss.set(xlabel="update", ylabel="loss per target token", title="Loss")
     ax_loss.legend()

@@ -47,6 +47,14 @@ def test_run_folder_has_every_artifact(runs):
     assert not list(run.rglob(".tmp-*"))
 
 
+def test_the_log_says_what_its_losses_and_scores_are_of(runs):
+    """The training loss is label-smoothed, the validation loss not, and validation scores
+    only the first data.valid_limit pairs: lines that did not say so read as comparable."""
+    log = (runs / "straight" / "train.log").read_text()
+    assert " (ls 0.1) | lr " in log
+    assert "validation step 6 (first 16 of " in log
+
+
 def test_metrics_have_train_and_validation_events(runs):
     lines = (runs / "straight" / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]

@@ -113,7 +113,7 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
         return
     dropped = trainer.metrics.drop_after(trainer.state.step)
     if trainer.world.primary and dropped:  # the curves showed the dropped events too
-        plot_curves(trainer.metrics.read(), paths.curves)
+        plot_curves(trainer.metrics.read(), paths.curves, config.train.label_smoothing)
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
                   f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
 

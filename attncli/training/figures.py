@@ -92,6 +92,7 @@ class UpdateFigures:
                   "grad_norm": round(grad_norm, 4), "seconds": round(now, 2)}
         self.metrics.write(record)
         self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}"
+        smoothed = f" (ls {self.cfg.label_smoothing:g})" if self.cfg.label_smoothing else ""
         self.reporter.line(
-            f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f} | lr "
+            f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f}{smoothed} | lr "
             f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s | {now:,.0f} s")

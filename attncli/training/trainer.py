@@ -244,11 +244,12 @@ class Trainer:
         self.metrics.write({"event": "val", "step": state.step, "epoch": state.epoch,
                             "val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
                             "seconds": round(state.elapsed, 2)})
-        self.reporter.line(f"validation step {state.step}: val loss {scores.loss:.4f}, greedy "
-                           f"BLEU {scores.bleu:.2f}{' (best)' if improved else ''} [loss "
-                           f"{scores.loss_seconds:.1f} s, BLEU {scores.bleu_seconds:.1f} s]")
+        self.reporter.line(f"validation step {state.step} ({self.validator.pairs}): val loss "
+                           f"{scores.loss:.4f}, greedy BLEU {scores.bleu:.2f}"
+                           f"{' (best)' if improved else ''} [loss {scores.loss_seconds:.1f} s, "
+                           f"BLEU {scores.bleu_seconds:.1f} s]")
         if self.world.primary:
-            plot_curves(self.metrics.read(), self.paths.curves)
+            plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)
         return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
 
     def save(self) -> None:

@@ -40,6 +40,10 @@ class Validator:
         self.world, self.corpus = world, data.val
         self.limit = config.data.valid_limit or len(data.val_text)
         self.src, self.ref = data.val_text.src[:self.limit], data.val_text.tgt[:self.limit]
+        total = len(data.val_text.src)
+        # what the scores are on, for the log: the figures are not the whole split's
+        self.pairs = (f"all {total:,} val pairs" if len(self.src) == total
+                      else f"first {len(self.src):,} of {total:,} val pairs")
 
     def score(self) -> ValScores:
         started = time.perf_counter()
