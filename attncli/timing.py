@@ -31,8 +31,8 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 MEMORY_METHOD = {
     "cuda": "torch.cuda.max_memory_allocated above the bytes held before the run",
-    "cpu": "peak bytes held by torch's CPU allocator during the run (torch.profiler, "
-           "profile_memory=True)",
+    "cpu": "peak bytes torch's CPU allocator held during the run above those held before it "
+           "(torch.profiler, profile_memory=True)",
 }
 
 

@@ -5,14 +5,14 @@ against `attncli eval`'s decoding speed on the same sentences.
         [--engine torch|ctranslate2] [--seconds 30] [--clients 1,4,16] [--beam 5]
 
 For each engine asked: `attncli eval RUN --beam B --json` first, --eval-rounds times (the
-median of their sentences/s, decoding only, is the baseline); then one server (`attncli serve
-RUN --port 0`, loopback only), warmed up, and for each client count a round of `--seconds`:
-every client (a thread with one keep-alive connection) posts the test sentences in turn to
-/v1/translate, one a request, until the time is up, and waits for its last answer. Per round:
-sentences/s, latency p50/p95/p99, errors, the CPU cores the server and the load generator kept
-busy (their CPU seconds over the round's), and the server's resident memory at the start and at
-the end. Each round is bounded in time and in requests (--max-requests). Run it on an otherwise
-idle machine: the table says which.
+median of their sentences/s, tokenizing and decoding, is the baseline); then one server
+(`attncli serve RUN --port 0`, loopback only), warmed up, and for each client count a round of
+`--seconds`: every client (a thread with one keep-alive connection) posts the test sentences in
+turn to /v1/translate, one a request, until the time is up, and waits for its last answer. Per
+round: sentences/s, latency p50/p95/p99, errors, the CPU cores the server and the load
+generator kept busy (their CPU seconds over the round's), and the server's resident memory at
+the start and at the end. Each round is bounded in time and in requests (--max-requests). Run
+it on an otherwise idle machine: the table says which.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def eval_speed(run: Path, beam: int, engine: str) -> float:
-    """Sentences/s that `attncli eval` reports for the test split (decoding only)."""
+    """Sentences/s that `attncli eval` reports for the test split (tokenizing and decoding)."""
     out = subprocess.run([sys.executable, "-m", "attncli", "eval", str(run), "--beam", str(beam),
                           "--json", "--engine", engine], capture_output=True, text=True,
                          check=True, cwd=REPO)

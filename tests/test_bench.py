@@ -136,6 +136,31 @@ def test_attention_rows_cover_every_path_and_length(attention_report):
     assert figures["tflops"] == pytest.approx(flops / (figures["median_ms"] / 1e3) / 1e12)
 
 
+def test_attention_flops_agree_with_torchs_flop_counter_for_both_scorings():
+    """Additive attention's own projections of queries and keys were left out: its TFLOP/s
+    read half the true rate at T = 64."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attncli.model.attention import AdditiveScore, additive_attention
+
+    b, h, t, d = 2, 2, 8, 16
+    q, k, v = (torch.randn(b, h, t, d) for _ in range(3))
+    with FlopCounterMode(display=False) as counter:
+        additive_attention(q, k, v, AdditiveScore(d))
+    assert counter.get_total_flops() == attention_flops(b, h, t, t, d, additive=True)
+    with FlopCounterMode(display=False) as counter:
+        torch.matmul(torch.softmax(q @ k.transpose(-2, -1), dim=-1), v)
+    assert counter.get_total_flops() == attention_flops(b, h, t, t, d)
+
+
+def test_the_benchmark_mask_spreads_real_keys_from_t_down_to_three_quarters():
+    from attncli.bench.attention_suite import key_padding_mask
+
+    real = key_padding_mask(4, 64, torch.device("cpu")).sum(dim=-1).flatten().tolist()
+    assert real == [64, 59, 54, 48]
+    assert key_padding_mask(1, 64, torch.device("cpu")).all()
+
+
 def test_additive_over_the_cap_is_skipped_with_a_reason(attention_report):
     measured = _cell(attention_report, "additive", 32)
     skipped = _cell(attention_report, "additive", 512)

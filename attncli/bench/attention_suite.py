@@ -28,7 +28,8 @@ from attncli.model.attention import (
 from attncli.timing import MEMORY_METHOD, measure, ops_called
 
 MIB = 2**20
-MASK = "key padding, boolean (B, 1, 1, T) as in training's encoder; real keys 3/4 T to T"
+MASK = ("key padding, boolean (B, 1, 1, T) as in training's encoder; the sentences' real keys "
+        "spread evenly from T down to 3/4 T (B = 1: T, no padding)")
 
 
 # aten operators behind scaled_dot_product_attention -> the kernel's name in the table.
@@ -67,9 +68,9 @@ class AttentionSizes:
 
 def key_padding_mask(batch: int, length: int, device: torch.device) -> Tensor:
     """The mask training passes for a batch of `batch` sentences padded to `length`: boolean
-    ``(batch, 1, 1, length)``, True on real keys. The sentences end between 3/4 of the length
-    and the full length (the first is unpadded), as in batches of similar lengths."""
-    lengths = torch.tensor([length - i * length // (4 * batch) for i in range(batch)],
+    ``(batch, 1, 1, length)``, True on real keys. The sentences end evenly from the full length
+    (the first, unpadded) down to 3/4 of it (the last), as in batches of similar lengths."""
+    lengths = torch.tensor([length - i * length // (4 * max(batch - 1, 1)) for i in range(batch)],
                            device=device)
     return padding_mask(lengths, length)
 
@@ -175,7 +176,7 @@ def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: Attenti
                 row["kernel"] = sdpa_kernel_used(q, k, v, mask)
                 if not kernels_that_run:
                     kernels_that_run = sdpa_kernels_that_run(q, k, v, mask)
-            flops = attention_flops(b, h, t, t, d)
+            flops = attention_flops(b, h, t, t, d, additive=name == "additive")
             row["forward"] = _timed_mode(_forward_runner(path, q, k, v, mask), flops, device,
                                          warmup, repeats)
             row["forward_backward"] = _timed_mode(

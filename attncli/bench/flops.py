@@ -9,13 +9,19 @@ from attncli.tokenizer import PAD_ID
 FWD_BWD_FLOP_FACTOR = 3  # backward = 2 x forward (dQ, dK from dS; dV, dP from dO)
 
 
-def attention_flops(batch: int, heads: int, q_len: int, k_len: int, head_dim: int) -> float:
+def attention_flops(batch: int, heads: int, q_len: int, k_len: int, head_dim: int,
+                    additive: bool = False) -> float:
     """Forward FLOPs of QKᵀ and AV: 2 matmuls x 2 FLOPs per multiply-add = 4·B·H·T·S·D.
 
-    Additive attention is counted the same way (wᵀ·tanh(·) over the T·S·D hidden tensor and
-    AV), its elementwise add and tanh not counted; softmax is never counted.
+    Additive attention: wᵀ·tanh(·) over the T·S·D hidden tensor and AV counted the same way,
+    plus its own projections of the queries and keys, W_q q and W_k k: 2·B·H·(T+S)·D² (half
+    the total at T = S = 64 with D = 64); its elementwise add and tanh are not counted, and
+    softmax never is.
     """
-    return 4.0 * batch * heads * q_len * k_len * head_dim
+    flops = 4.0 * batch * heads * q_len * k_len * head_dim
+    if additive:
+        flops += 2.0 * batch * heads * (q_len + k_len) * head_dim * head_dim
+    return flops
 
 
 def seq2seq_forward_flops(cfg: ModelConfig, vocab: int, batch: Batch) -> float:
