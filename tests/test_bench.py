@@ -219,6 +219,9 @@ def test_peer_has_our_sizes(tiny_config):
 
 def test_synthetic_batches_fit_the_token_budget():
     batches = synthetic_batches(vocab=100, batch_tokens=300, count=3, seed=1)
+    lengths = {int(n) for b in synthetic_batches(100, 300, 6, seed=1)
+               for n in (b.tgt_out != 0).sum(dim=1)}
+    assert max(lengths) >= 27  # the long sentences are timed too, not the shortest only
     assert len(batches) == 3
     for batch in batches:
         assert batch.tgt_out.numel() <= 300

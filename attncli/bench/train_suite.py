@@ -31,7 +31,8 @@ def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
 
     Target lengths are uniform in ``lengths``, sources within ±3 of their target, ids drawn
     from the real (non-special) vocabulary: realistic shapes and padding, no data needed.
-    The fullest ``count`` batches are kept (the last batch of a cut is often short).
+    The ``count`` batches with the most target tokens are kept (the last batch of a cut is
+    often short); by sentence count they were the batches of the shortest sentences only.
     """
     rng = random.Random(seed)
     n = count * (batch_tokens // (lengths[0] + 1) + 1) * 2
@@ -41,7 +42,7 @@ def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
             for _ in range(max(1, len(t) + rng.randint(-3, 3)))] + [EOS_ID] for t in tgt]
     cut = token_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, seed, 0,
                         multiple)
-    cut.sort(key=len, reverse=True)
+    cut.sort(key=lambda ids: sum(len(tgt[i]) for i in ids), reverse=True)
     return [collate([src[i] for i in ids], [tgt[i] for i in ids], multiple)
             for ids in cut[:count]]
 
