@@ -53,6 +53,12 @@ def test_the_log_says_what_its_losses_and_scores_are_of(runs):
     log = (runs / "straight" / "train.log").read_text()
     assert " (ls 0.1) | lr " in log
     assert "validation step 6 (first 16 of " in log
+    # the first window's rate holds the process's start-up (data loader, first kernels)
+    steps = [line for line in log.splitlines() if line.startswith("step ")]
+    assert "tgt tok/s (incl. start-up)" in steps[0]
+    assert not any("start-up" in line for line in steps[1:])
+    train = [r for r in metrics(runs / "straight") if r["event"] == "train"]
+    assert train[0]["includes_startup"] and "includes_startup" not in train[1]
 
 
 def test_metrics_have_train_and_validation_events(runs):

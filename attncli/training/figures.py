@@ -37,6 +37,7 @@ class UpdateFigures:
         self.cfg, self.world, self.metrics, self.reporter = cfg, world, metrics, reporter
         self.clock = clock
         self.window = _Window(**window) if window else _Window(clock.seconds())
+        self.started_here = True  # the open window holds this process's start-up time
         self.pending: list[tuple[int, float, StepStats]] = []  # updates not read yet
         self.nonfinite_in_row, self.nonfinite_stop = 0, None
         self.shown = ""  # figures beside the progress bar
@@ -89,10 +90,13 @@ class UpdateFigures:
         record = {"event": "train", "step": step, "epoch": epoch,
                   "loss": window.loss / window.steps, "lr": lr,
                   "tokens_per_s": round(window.tokens / max(now - window.start, 1e-9), 1),
-                  "grad_norm": round(grad_norm, 4), "seconds": round(now, 2)}
+                  "grad_norm": round(grad_norm, 4), "seconds": round(now, 2),
+                  **({"includes_startup": True} if self.started_here else {})}
+        startup = " (incl. start-up)" if self.started_here else ""
+        self.started_here = False
         self.metrics.write(record)
         self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}"
         smoothed = f" (ls {self.cfg.label_smoothing:g})" if self.cfg.label_smoothing else ""
         self.reporter.line(
             f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f}{smoothed} | lr "
-            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s | {now:,.0f} s")
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s{startup} | {now:,.0f} s")
