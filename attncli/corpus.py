@@ -137,6 +137,8 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         return models
     except AttncliError:
         pass  # not cached yet, or damaged: train it
+    check_writable(root, "the data cache", "set data.cache_dir or $ATTNCLI_CACHE_DIR to a "
+                                           "writable folder")  # before training a tokenizer
     started = time.perf_counter()
     ds = first_rows(source.rows, config.data.train_limit)
     sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)
@@ -177,9 +179,7 @@ def prepare_training_data(config: Config, log: Log,
     """Check the sources, then get the tokenizer (`models`, else cached or trained) and the
     tokenized train and val splits (cached or tokenized now). Nothing is written outside the
     cache, so bad data leaves no run folder behind."""
-    root = cache_root(config.data)
-    check_writable(root, "the data cache", "set data.cache_dir or $ATTNCLI_CACHE_DIR to a "
-                                           "writable folder")
+    root = cache_root(config.data)  # only read when every entry is there (a read-only mount)
     check_training_sources(config.data)
     if config.data.test is not None:  # a typo would surface only at `attncli eval`
         split_source(config.data, "test")

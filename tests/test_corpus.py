@@ -231,6 +231,24 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
     assert_one_line_error(result, "cannot write the data cache here")
 
 
+def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
+    """A cache holding every entry (a read-only mount of a shared one) was refused as not
+    writable; writing is checked only where something must be built."""
+    from attncli import corpus
+
+    config = _config(toy, tmp_path / "cache")
+    _prepare(config)  # every entry built
+
+    def read_only(folder, *args, **kwargs):
+        raise AttncliError(f"{folder}: cannot write the data cache here (Read-only file system)")
+
+    monkeypatch.setattr(corpus, "check_writable", read_only)
+    _, lines = _prepare(config)
+    assert any("tokenizer: reusing" in line for line in lines)
+    with pytest.raises(AttncliError, match="Read-only file system"):  # nothing cached there
+        _prepare(_config(toy, tmp_path / "other-cache"))
+
+
 def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypatch):
     import shutil
 
