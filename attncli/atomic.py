@@ -163,5 +163,5 @@ def _being_written(item: Path) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
-        return True
+        pass
     return True

@@ -47,7 +47,7 @@ from attncli.checkpoint_state import (
     with_implementation_of,
 )
 from attncli.errors import AttncliError
-from attncli.runs import RunPaths
+from attncli.runs import STEP_FOLDER, RunPaths
 
 FORMAT = "attncli-checkpoint-2"
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
@@ -163,7 +163,7 @@ def checkpoint_dir(paths: RunPaths, name: str) -> Path:
     if not pointers:
         raise AttncliError(f"{paths.root}: no checkpoint yet")
     if name == "auto":
-        name = "averaged" if _current_average(paths) else "best"
+        name = "averaged" if _current_average(paths, pointers["last"]) else "best"
     if name in ("last", "best"):
         return paths.checkpoints / pointers.get(name, pointers["last"])
     folder = paths.averaged if name == "averaged" else paths.checkpoints / name
@@ -173,19 +173,19 @@ def checkpoint_dir(paths: RunPaths, name: str) -> Path:
     return folder
 
 
-def _current_average(paths: RunPaths) -> bool:
+def _current_average(paths: RunPaths, last: str) -> bool:
     """Whether the run has an averaged checkpoint of saves up to its last one. A run resumed
     after averaging and stopped without averaging again (a signal, `average_last: 0`) keeps
     an older mean, which 'auto' must not prefer to the newer best; 'averaged' still names it.
-    An unreadable averaged state counts as current, so that loading it says what is wrong."""
+    An unreadable averaged state counts as current, so that loading it says what is wrong.
+    `last`: the run's last step folder's name, as its pointers say."""
     if not paths.averaged.is_dir():
         return False
     try:
         newest = max(int(step) for step in read_state(paths.averaged)["averaged_steps"])
     except (AttncliError, KeyError, TypeError, ValueError):
         return True
-    last = paths.pointed_steps().get("last")
-    return last is None or newest >= last
+    return newest >= int(STEP_FOLDER.fullmatch(last).group(1))
 
 
 def load_weights(model: nn.Module, folder: Path, fingerprint: str | None = None) -> dict:

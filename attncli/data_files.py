@@ -46,13 +46,10 @@ def read_split_files(files: tuple[Path, ...], src: str, tgt: str):
         (path,) = files
         if path.suffix == ".tsv":
             return _tsv(path, src, tgt)
-        ds = _read(path, lambda: datasets.load_dataset(
-            "json", data_files=str(path), split="train", **FRESH),
-            _first_bad_json_line)
+        ds = _read(path, "json", locate=_first_bad_json_line)
         return _language_columns(ds, path, src, tgt)
-    columns = [_read(path, lambda path=path: datasets.load_dataset(
-        "text", data_files=str(path), split="train", keep_linebreaks=False,
-        encoding="utf-8-sig", **FRESH)) for path in files]
+    columns = [_read(path, "text", keep_linebreaks=False, encoding="utf-8-sig")
+               for path in files]
     if len(columns[0]) != len(columns[1]):
         raise AttncliError(f"{files[0]} and {files[1]} have different line counts "
                            f"({len(columns[0])} vs {len(columns[1])})")
@@ -64,12 +61,10 @@ def read_split_files(files: tuple[Path, ...], src: str, tgt: str):
 def _tsv(path: Path, src: str, tgt: str):
     """A TSV split, its rows checked to have the header's fields first (the reader fills a
     missing one with "", which would pass for an empty pair)."""
-    import datasets
 
     _check_fields(path)
-    ds = _read(path, lambda: datasets.load_dataset(
-        "csv", data_files=str(path), delimiter="\t", split="train", quoting=3,
-        keep_default_na=False, encoding="utf-8-sig", **FRESH))
+    ds = _read(path, "csv", delimiter="\t", quoting=3, keep_default_na=False,
+               encoding="utf-8-sig")
     return _language_columns(ds, path, src, tgt)
 
 
@@ -131,15 +126,18 @@ def _first_bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _read(path: Path, load: Callable[[], Any],
-          locate: Callable[[Path], str | None] | None = None) -> Any:
-    """`load()`, a `datasets` read of the data file `path`; its failure (a malformed JSON line,
-    a row with an extra tab: the library's exceptions vary) as one line naming the file, and
-    the line when `locate` finds it."""
+def _read(path: Path, kind: str, locate: Callable[[Path], str | None] | None = None,
+          **options: Any) -> Any:
+    """The data file `path` read afresh by `datasets`' `kind` builder (json, csv, text) with
+    `options`; its failure (a malformed JSON line, a row with an extra tab: the library's
+    exceptions vary) as one line naming the file, and the line when `locate` finds it."""
+    import datasets
+
     if path.stat().st_size == 0:
         raise AttncliError(f"{path}: the file is empty")
     try:
-        return load()
+        return datasets.load_dataset(kind, data_files=str(path), split="train", **options,
+                                     **FRESH)
     except Exception as err:  # whatever the parser raised, the cause is in the file
         where = locate(path) if locate is not None else None
         if where is not None:

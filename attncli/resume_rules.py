@@ -63,10 +63,10 @@ def fixed_settings(config: Config) -> dict[str, Any]:
             and key not in allowed}
 
 
-def check_fixed_settings(recorded: dict[str, Any], config: Config, folder: object) -> None:
-    """Refuse a config whose fixed keys differ from those the checkpoint recorded (runs saved
-    before they were recorded: nothing to compare)."""
-    now = fixed_settings(config)
+def check_fixed_settings(recorded: dict[str, Any], now: dict[str, Any], folder: object
+                         ) -> None:
+    """Refuse fixed settings (`fixed_settings` of the config) that differ from those the
+    checkpoint recorded (runs saved before they were recorded: nothing to compare)."""
     for key, value in recorded.items():
         if key in now and now[key] != value:
             raise AttncliError(

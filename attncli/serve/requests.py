@@ -145,9 +145,9 @@ def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: in
              strings: bool = False) -> int:
     """``fields[name]`` as an integer in [low, high]; a numeral string too where `strings`."""
     value = fields.get(name, default)
-    if strings and isinstance(value, str) and value.strip().isascii() \
-            and value.strip().isdigit():
-        value = value.strip()
+    if strings and isinstance(value, str) and (digits := value.strip()).isascii() \
+            and digits.isdigit():
+        value = digits
         if len(value) > 20:  # out of range whatever low and high are; int() may refuse it
             raise RequestError(400, f"{name}: {value[:12]}... ({len(value)} digits) is out of "
                                     f"range ({low} to {high})")

@@ -58,6 +58,7 @@ class Trainer:
         self.state = RunState(pad_multiple=self._device_pad_multiple(),
                               threads=torch.get_num_threads(), data=self.data_fingerprint)
         self.fingerprint = model_fingerprint(config.model)
+        self.fixed_settings = fixed_settings(config)  # what each save records
         torch.manual_seed(self.cfg.seed)
         self.model = build_model(config, tokenizer).to(device)
         if self.world.rank:  # same weights everywhere, dropout masks of its own
@@ -91,7 +92,7 @@ class Trainer:
         self.state, folder = resume_run(self.paths, self.model, self.optimizer, self.cfg,
                                         self.world, self.device, self.fingerprint)
         self.saved_step = self.state.step
-        check_fixed_settings(self.state.fixed, self.config, folder)
+        check_fixed_settings(self.state.fixed, self.fixed_settings, folder)
         self._check_same_data(folder)
         chosen = self._device_pad_multiple()
         if chosen != self.state.pad_multiple:
@@ -257,7 +258,7 @@ class Trainer:
         if self.saved_step == self.state.step:
             return
         self.state.window = self.figures.window_record()
-        self.state.fixed = fixed_settings(self.config)
+        self.state.fixed = self.fixed_settings
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
                  self.device, self.fingerprint)
         self.saved_step = self.state.step
