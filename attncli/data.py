@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.atomic import staged_folder
@@ -88,6 +88,7 @@ class ParallelText:
     name: str
     split: str
     dropped_empty: int = 0
+    rows: list[int] = field(default_factory=list)  # each pair's row in the stored split
 
     def __len__(self) -> int:
         return len(self.src)
@@ -309,13 +310,15 @@ def load_split(cfg: DataConfig, split: str) -> ParallelText:
     """
     source = split_source(cfg, split)
     ds = open_split(source)
-    src, tgt = [], []
-    for s, t in zip(ds["src"], ds["tgt"], strict=True):
+    src, tgt, rows = [], [], []
+    for row, (s, t) in enumerate(zip(ds["src"], ds["tgt"], strict=True)):
         s, t = (s or "").strip(), (t or "").strip()
         if s and t:
             src.append(s)
             tgt.append(t)
+            rows.append(row)
     if not src:
         raise AttncliError(f"{source.files[0]}: the {split} split of {source.name} has no "
                            f"non-empty {cfg.src}-{cfg.tgt} pairs")
-    return ParallelText(src, tgt, source.name, split, dropped_empty=len(ds) - len(src))
+    return ParallelText(src, tgt, source.name, split, dropped_empty=len(ds) - len(src),
+                        rows=rows)

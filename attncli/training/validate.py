@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -21,7 +22,8 @@ from attncli.tokenizer import PAD_ID
 
 @dataclass
 class ValScores:
-    """Both on the first `data.valid_limit` pairs of the val split."""
+    """Both on the first `data.valid_limit` pairs of the val split (the loss on those of them
+    that fit `data.max_len`: training's own filter)."""
 
     loss: float           # mean loss per target token, no label smoothing
     bleu: float           # greedy BLEU
@@ -38,12 +40,19 @@ class Validator:
         self.config, self.model, self.tokenizer = config, model, tokenizer
         self.device, self.precision, self.pad_multiple = device, precision, pad_multiple
         self.world, self.corpus = world, data.val
-        self.limit = config.data.valid_limit or len(data.val_text)
-        self.src, self.ref = data.val_text.src[:self.limit], data.val_text.tgt[:self.limit]
+        limit = config.data.valid_limit or len(data.val_text)
+        self.src, self.ref = data.val_text.src[:limit], data.val_text.tgt[:limit]
+        # The loss reads the token cache, whose val pairs are those that fit data.max_len:
+        # it scores the ones among the same first pairs (a prefix of the cache's).
+        end = data.val_text.rows[len(self.src) - 1] + 1  # stored rows the BLEU pairs span
+        self.limit = int(np.searchsorted(self.corpus.rows, end))
         total = len(data.val_text.src)
         # what the scores are on, for the log: the figures are not the whole split's
         self.pairs = (f"all {total:,} val pairs" if len(self.src) == total
                       else f"first {len(self.src):,} of {total:,} val pairs")
+        if self.limit < len(self.src):
+            self.pairs += (f"; loss on the {self.limit:,} of them that fit "
+                           f"data.max_len={config.data.max_len}")
 
     def score(self) -> ValScores:
         started = time.perf_counter()
@@ -54,8 +63,8 @@ class Validator:
 
     @torch.inference_mode()
     def loss(self) -> float:
-        """Mean loss per target token on the first `limit` val pairs; each process scores its
-        share."""
+        """Mean loss per target token on the BLEU pairs that fit data.max_len (the first
+        `limit` of the val cache); each process scores its share."""
         self.model.eval()
         corpus, multiple, limit = self.corpus, self.pad_multiple, self.limit
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, tokens
