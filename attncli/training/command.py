@@ -115,8 +115,11 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     dropped = trainer.metrics.drop_after(trainer.state.step)
     if trainer.world.primary and dropped:  # the curves showed the dropped events too
         plot_curves(trainer.metrics.read(), paths.curves, config.train.label_smoothing)
+    past = (f"; train.log's lines above for steps past {trainer.state.step} are of the "
+            f"interrupted part, trained again from here" if dropped else "")
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
-                  f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it dropped")
+                  f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it "
+                  f"dropped{past}")
 
 
 def _signal_exit(signal_name: str | None, step: int, paths: RunPaths, world: World
