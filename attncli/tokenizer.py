@@ -89,8 +89,10 @@ class Tokenizer:
         return encode_texts(self.tgt, texts)
 
     def decode_tgt(self, ids: Sequence[int]) -> str:
-        """Ids (BOS/EOS/pad are dropped) -> detokenized text."""
-        return self.tgt.decode([i for i in ids if i > EOS_ID])
+        """Ids (BOS/EOS/pad are dropped) -> detokenized text. An unknown piece (the model may
+        generate one where training targets held characters outside the vocabulary) shows as
+        SentencePiece's ⁇, not as nothing: a silently missing word reads as a translation."""
+        return self.tgt.decode([i for i in ids if i == UNK_ID or i > EOS_ID])
 
     def src_pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.src.id_to_piece(int(i)) for i in ids]

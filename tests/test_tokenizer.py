@@ -33,6 +33,17 @@ def test_a_chinese_target_keeps_its_punctuation(tmp_path):
     assert _round_trip(tmp_path, "auto", ("en", "zh"), "你好，你好嗎？") == "你好，你好嗎？"
 
 
+def test_an_unknown_piece_in_an_output_shows_and_special_ids_do_not(tmp_path):
+    cfg = TokenizerConfig(vocab_size=120)
+    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), ("en", "zh"))
+    ids = tokenizer.encode_tgt(["我很好"])[0]
+    out = [tokenizer.bos_id, *ids[:-1], tokenizer.unk_id, ids[-1], tokenizer.eos_id,
+           tokenizer.pad_id]
+    text = tokenizer.decode_tgt(out)
+    assert text.count("⁇") == 1
+    assert text.replace("⁇", "").replace(" ", "") == "我很好"
+
+
 def test_nmt_nfkc_turns_it_into_ascii(tmp_path):
     assert _round_trip(tmp_path, "nmt_nfkc", ("en", "zh"), "你好，你好嗎？") == "你好,你好嗎?"
 
