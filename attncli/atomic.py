@@ -38,7 +38,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that an interrupt leaves either the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.")
+    fd, tmp = _temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -51,15 +51,39 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
+def _temp_file(path: Path) -> tuple[int, str]:
+    """A new temp file beside `path` (its name cut short: a legal long name stays legal)."""
+    return tempfile.mkstemp(dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name[:64]}.")
+
+
 def output_file_problem(path: Path) -> str | None:
     """Why a file could not be written at `path` (None if it can be tried): checked before a
-    command's work, so that work is not lost to a name that was never usable."""
+    command's work, so that work is not lost to a name that was never usable. Where the
+    folder exists, a temp file is made there and removed, as the write will."""
     path = Path(path)
-    if path.is_dir():
+    try:
+        is_folder = path.is_dir()
+    except OSError as err:  # e.g. a name longer than the file system takes
+        return (err.strerror or str(err)).lower()
+    if is_folder:
         return "is a folder; give a file name"
     for parent in path.parents:
         if parent.exists():
-            return None if parent.is_dir() else f"{parent} is a file, not a folder"
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            return _write_problem(path) if parent == path.parent else None
+    return None
+
+
+def _write_problem(path: Path) -> str | None:
+    try:
+        if len(os.fsencode(path.name)) > os.pathconf(path.parent, "PC_NAME_MAX"):
+            return "file name too long"
+        fd, tmp = _temp_file(path)
+    except OSError as err:
+        return f"cannot write in {path.parent} ({err.strerror or err})"
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
     return None
 
 
