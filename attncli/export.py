@@ -48,7 +48,7 @@ def quantizations() -> list[str]:
     return list(ACCEPTED_MODEL_TYPES)
 
 
-def _check_exportable(config) -> None:
+def check_exportable(config) -> None:
     """What the format cannot hold, refused with the reason."""
     if config.model.scoring != "dot":
         raise AttncliError(f"model.scoring={config.model.scoring}: CTranslate2's Transformer has "
@@ -146,7 +146,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     from attncli.trained import load_trained_model
 
     trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
-    _check_exportable(trained.config)
+    check_exportable(trained.config)
     target = _export_target(output or trained.paths.root / DEFAULT_FOLDER, trained.paths.root,
                             force)
     spec = build_spec(trained.model, _pieces(trained.tokenizer.src),

@@ -228,7 +228,8 @@ def test_synthetic_batches_fit_the_token_budget():
         assert batch.src.max() < 100 and batch.num_tgt_tokens > 0
 
 
-def test_flop_count_agrees_with_torchs_flop_counter():
+@pytest.mark.parametrize("scoring", ["dot", "additive"])
+def test_flop_count_agrees_with_torchs_flop_counter(scoring):
     """The bench's FLOP model against torch's own count of the real small.yaml model's forward
     (every matmul it runs), on a batch without padding: within 2%. The attention is written out
     (`attention: reference`) because torch's counter counts nothing for the CPU fused kernel
@@ -238,7 +239,8 @@ def test_flop_count_agrees_with_torchs_flop_counter():
 
     from attncli.config import load_config
 
-    cfg = load_config("configs/small.yaml").model.model_copy(update={"attention": "reference"})
+    cfg = load_config("configs/small.yaml").model.model_copy(
+        update={"attention": "reference", "scoring": scoring})
     vocab = 8000
     model = Seq2SeqTransformer(cfg, vocab, vocab).eval()
     generator = torch.Generator().manual_seed(0)
@@ -266,6 +268,18 @@ def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
     assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"
     assert suite["warmup_steps"] == len(suite["batches"])  # each batch shape warmed up
     assert ours["mfu"] == pytest.approx(ours["model_tflops"] / 1.0)
+
+
+def test_an_additive_model_is_not_compared_with_the_dot_product_peer(tiny_config):
+    additive = tiny_config.model_copy(update={"model": tiny_config.model.model_copy(
+        update={"scoring": "additive"})})
+    report = run_bench(CPU, ["train", "infer"], additive, warmup=1, repeats=1,
+                       peak=(1e12, "given by the test"), infer_batch_sizes=(1,))
+    train, infer = report["suites"]["train"], report["suites"]["infer"]
+    assert [row["model"] for row in train["rows"]] == ["attncli Seq2SeqTransformer"]
+    assert train["ours_over_peer"] is None and "dot-product" in train["peer_skipped"]
+    assert not any(row["search"].startswith("ctranslate2") for row in infer["rows"])
+    assert "cannot be exported" in infer["ctranslate2_skipped"]
 
 
 def test_measured_matmul_peak_is_positive():
@@ -321,6 +335,29 @@ def test_json_folder_must_exist_before_anything_runs(tmp_path):
     out = _cli("--device", "cpu", "--json", str(tmp_path))  # a folder: the figures had nowhere
     assert out.returncode == 2 and "is a folder; give a file name" in out.stderr
     assert out.stdout == ""
+
+
+def test_unusable_json_names_and_too_few_positions_stop_before_anything_runs(tmp_path):
+    out = _cli("--device", "cpu", "--json", "/proc/attncli-bench.json")
+    assert out.returncode == 2 and "cannot write in /proc" in out.stderr and out.stdout == ""
+    out = _cli("--device", "cpu", "--json", str(tmp_path / ("x" * 300 + ".json")))
+    assert out.returncode == 2 and "file name too long" in out.stderr and out.stdout == ""
+    short = tmp_path / "short.yaml"
+    short.write_text("model:\n  max_positions: 24\ndata:\n  max_len: 16\n")
+    out = _cli("--device", "cpu", "--suite", "infer", "--config", str(short))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == (
+        "error: model.max_positions=24: the train and infer suites time sentences of up to 30 "
+        "subwords, which need 32 positions (--suite attention runs without)")
+
+
+def test_a_long_legal_name_is_written_and_leaves_no_temp_file(tmp_path):
+    from attncli.atomic import atomic_write_json, output_file_problem
+
+    path = tmp_path / ("x" * 245 + ".json")
+    assert output_file_problem(path) is None
+    atomic_write_json(path, {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

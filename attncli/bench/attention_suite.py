@@ -188,7 +188,8 @@ def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: Attenti
         "dtype": str(dtype).removeprefix("torch."), "mask": MASK,
         "additive_cap_bytes": sizes.additive_cap_bytes,
         "sdpa_kernels_that_run_alone": kernels_that_run,
-        "flops_convention": "forward 4·B·H·T²·D (QKᵀ and AV; additive: wᵀtanh and AV); "
+        "flops_convention": "forward 4·B·H·T²·D (QKᵀ and AV; additive: wᵀtanh and AV, plus "
+                            "its query and key projections 2·B·H·2T·D²); "
                             f"forward+backward {FWD_BWD_FLOP_FACTOR}x forward (backward = 2x "
                             "forward; the flash backward's recomputation of QKᵀ not counted)",
         "memory_method": MEMORY_METHOD[device.type],

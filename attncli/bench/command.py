@@ -16,10 +16,10 @@ from rich.text import Text
 from attncli import __version__
 from attncli.atomic import atomic_write_json, output_file_problem
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
-from attncli.bench.infer_suite import run_infer_suite
+from attncli.bench.infer_suite import INFER_OUTPUT_LEN, run_infer_suite
 from attncli.bench.peaks import device_name, device_peak
 from attncli.bench.render import RENDERERS
-from attncli.bench.train_suite import run_train_suite
+from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
 from attncli.config import Config, load_config
 from attncli.device import (
     allow_tf32,
@@ -104,6 +104,16 @@ def write_json(report: dict[str, Any], path: Path) -> None:
     atomic_write_json(path, report)
 
 
+def _check_positions(cfg: Config, suites: Sequence[str]) -> None:
+    """The train and infer suites' synthetic sentences must fit the model's positions."""
+    longest = max(SENTENCE_LENGTHS[1], INFER_OUTPUT_LEN) + 1  # with EOS (BOS), a forced EOS
+    needed = -(-longest // 8) * 8  # batch lengths rounded up to pad_multiple (at most 8)
+    if {"train", "infer"} & set(suites) and cfg.model.max_positions < needed:
+        raise AttncliError(f"model.max_positions={cfg.model.max_positions}: the train and infer "
+                           f"suites time sentences of up to {SENTENCE_LENGTHS[1]} subwords, "
+                           f"which need {needed} positions (--suite attention runs without)")
+
+
 def bench_command(device: str, suite: str, config: Path | None, json_file: Path | None,
                   warmup: int, repeats: int) -> None:
     """`attncli bench`: resolve the device first (no CUDA -> one line, exit 2), then run."""
@@ -117,6 +127,7 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
     built_in = config is None and not config_file.is_file()
     # installed without the configs/ folder: the built-in defaults
     cfg = Config() if built_in else load_config(config_file)
+    _check_positions(cfg, suites)
     set_threads(cfg.train.threads)
     allow_tf32(dev)  # as training does
     console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding

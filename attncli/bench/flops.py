@@ -34,16 +34,21 @@ def seq2seq_forward_flops(cfg: ModelConfig, vocab: int, batch: Batch) -> float:
       target token: output projection dV (tied or not: it is a real matmul).
     Attention, per sentence (QKᵀ and AV, 2·d multiply-adds per query-key pair): S² per encoder
     layer, T² (the full square, causal half not subtracted) and T·S per decoder layer.
+    Additive scoring (``model.scoring: additive``) adds its per-head projections of queries
+    and keys, head_dim² each per head (d²/heads a position): 2S per encoder layer, 2T + T + S
+    per decoder layer (self, then cross); its wᵀtanh costs what QKᵀ would.
     Padding is not counted: compute spent on it lowers MFU, as it should. Embedding lookups,
     norms, softmax and biases are left out. A training step is 3 x this (backward = 2 x).
     """
     d, f = cfg.d_model, cfg.ff_dim
+    additive = d * d // cfg.heads if cfg.scoring == "additive" else 0
     src_lens = (batch.src != PAD_ID).sum(dim=1).tolist()
     tgt_lens = (batch.tgt_out != PAD_ID).sum(dim=1).tolist()
     macs = 0
     for s, t in zip(src_lens, tgt_lens, strict=True):
-        macs += cfg.enc_layers * (s * (4 * d * d + 2 * d * f) + 2 * s * s * d)
+        macs += cfg.enc_layers * (s * (4 * d * d + 2 * d * f) + 2 * s * s * d
+                                  + 2 * s * additive)
         macs += cfg.dec_layers * (t * (6 * d * d + 2 * d * f) + s * 2 * d * d
-                                  + 2 * t * t * d + 2 * t * s * d)
+                                  + 2 * t * t * d + 2 * t * s * d + (3 * t + s) * additive)
         macs += t * d * vocab
     return 2.0 * macs

@@ -80,7 +80,8 @@ def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
              for row in result["rows"]]
     b = result["batches"]
     notes = [
-        f"ours / peer tokens/s: {result['ours_over_peer']:.2f}x",
+        (f"peer: skipped, {result['peer_skipped']}" if result.get("peer_skipped")
+         else f"ours / peer tokens/s: {result['ours_over_peer']:.2f}x"),
         f"{result['precision']} precision, {result['optimizer']}, eager (no torch.compile); "
         f"{_timing_note(result['warmup_steps'], repeats)} (warm-up: every batch once at least)",
         f"batches: {len(b)} synthetic token batches of batch_tokens={result['batch_tokens']}, "
@@ -106,6 +107,8 @@ def render_infer(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
         f"{SENTENCE_LENGTHS[0]}-{SENTENCE_LENGTHS[1]} subwords",
         f"p50/p95 ms: latency of one call (the batch 1 rows: single-sentence latency) over "
         f"{repeats} timed runs after {warmup} warm-up runs; rates use the median",
+        *([f"ctranslate2: skipped, {result['ctranslate2_skipped']}"]
+          if result.get("ctranslate2_skipped") else []),
     ]
     headers = ["search", "batch", "p50 ms", "p95 ms", "sent/s", "tgt tok/s"]
     return _table("decoding", headers, cells, notes)
