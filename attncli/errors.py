@@ -7,6 +7,7 @@ usable from Python and keeps the "no traceback for bad input" rule in one place.
 
 import os
 import sys
+from collections.abc import Callable
 
 
 class AttncliError(Exception):
@@ -40,3 +41,13 @@ def report(err: Exception) -> int:
     if reported_here(err):
         print(f"error: {err}", file=sys.stderr, flush=True)
     return PEER_FAILED_EXIT if isinstance(err, PeerFailed) else 2
+
+
+def run_reporting(main: Callable[[], object]) -> None:
+    """Run a script's `main` as the CLI runs a command: an `AttncliError` (a missing run
+    folder, say) ends it with one line and exit 2, not a traceback (benchmarks/ scripts)."""
+    try:
+        main()
+    except AttncliError as err:
+        sys.exit(report(err))
+

@@ -30,6 +30,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+from attncli.errors import run_reporting
 from attncli.evaluate import corpus_scores, decode_ids, encode_sources, load_for_decoding
 from attncli.tokenizer import base_language
 
@@ -162,4 +163,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_reporting(main)

@@ -164,16 +164,25 @@ def two_gpu_scaling(out: Path, results: dict) -> dict:
             "two_gpu_processes_per_gpu": most or "not visible to nvidia-smi"}
 
 
+MARKER = ".attncli-gpu-check"  # in --out: a folder this script made, so it may empty it
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/attncli-gpu"),
                         help="where the logs, bench.json, run folders and summary.json go "
-                        "(emptied first)")
+                        "(emptied first if this script made it; any other non-empty folder "
+                        "is refused)")
     parser.add_argument("--minutes", type=float, default=5.0, help="training time of step 3")
     args = parser.parse_args()
     out = args.out
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+        print(f"--out {out}: a folder this script did not make, not empty; name another "
+              "(its contents would be deleted)", file=sys.stderr)
+        return 2
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
+    (out / MARKER).write_text("made by benchmarks/gpu_check.py: emptied by its next run\n")
     results = {"imports": step("imports", [sys.executable, "-c", "import attncli.cli"],
                                out / "imports.log", 120)}
     if not results["imports"]["ok"]:

@@ -9,14 +9,18 @@ the whole epoch. Both count real (non-pad) target tokens, end-of-sentence includ
     # once: the JoeyNMT venv and data from ../shared/anchors/joeynmt/run.sh DIR, then
     python benchmarks/joeynmt_train_speed.py prepare DIR            # writes DIR/joey_speed.yaml
     # alternate the two (A B A B ...), appending to two logs:
-    attncli train configs/small.yaml --set data.train_limit=8000 --set train.max_epochs=1 \\
-        --set train.log_every=78 --set train.eval_every=100000 --runs-dir /tmp/speed >> ours.log
+    attncli train benchmarks/configs/small-2026-11-24.yaml --set data.train_limit=8000 \\
+        --set train.max_epochs=1 --set train.log_every=78 --set train.eval_every=100000 \\
+        --runs-dir /tmp/speed >> ours.log
     DIR/venv/bin/python -m joeynmt train --skip-test DIR/joey_speed.yaml >> joey.log 2>&1
     python benchmarks/joeynmt_train_speed.py report ours.log joey.log
 
-`--set train.log_every=78` must equal the "batches per epoch" that attncli prints for the slice,
-so that one log window is the whole epoch: 78 for the first 8,000 pairs of small.yaml when
-`pad_multiple` resolves to 8 (bf16), a different count in fp32 on CPU (exact lengths).
+The config is 0.4's small.yaml, frozen in benchmarks/configs/ (the model JoeyNMT's anchor config
+matches: 3+3 layers, d_model 256, 7.59M parameters, 2,048-token batches); the shipped
+configs/small.yaml has since become a smaller model. `--set train.log_every=78` must equal the
+"batches per epoch" that attncli prints for the slice, so that one log window is the whole
+epoch: 78 for the first 8,000 pairs when `pad_multiple` resolves to 8, a different count with
+other multiples (4 on AMX CPUs, 1 in fp32 on CPU).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from attncli.errors import run_reporting
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 from attncli.malloc import keep_freed_memory
 
@@ -78,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_reporting(main)

@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--eval-rounds", type=int, default=3, help="eval runs; the median counts")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    args.run = args.run.resolve()  # the server and eval run with the repository as their folder
     args.clients = [int(c) for c in args.clients.split(",")]
     if "ctranslate2" in (args.engine or []) and not (args.run / "ctranslate2").is_dir():
         subprocess.run([sys.executable, "-m", "attncli", "export", str(args.run)], check=True,
