@@ -237,7 +237,16 @@ class MetricsLog:
         lines = text.splitlines()
         if lines and not text.endswith("\n"):
             lines.pop()
-        return [json.loads(line) for line in lines if line]
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line:
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise AttncliError(f"{self.path}, line {number}: not a metrics event ({err}); "
+                                   "mend or delete that line") from None
+        return records
 
     def drop_after(self, step: int) -> int:
         """Forget events past `step` (a resumed run replays them); returns how many went."""

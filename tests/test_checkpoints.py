@@ -225,6 +225,17 @@ def test_files_from_different_saves_are_refused(runs, data_dir):
                           "files from different saves")
 
 
+def test_a_damaged_metrics_line_is_named_before_the_resume_rewrites_anything(runs, data_dir):
+    run = _copy(runs, "damaged-metrics")
+    lines = (run / "metrics.jsonl").read_text().splitlines(True)
+    lines[2] = "garbage\n"
+    (run / "metrics.jsonl").write_text("".join(lines))
+    config_before = (run / "config.yaml").read_text()
+    result = resume(data_dir, run, "train.max_steps=9")
+    assert_one_line_error(result, f"{run / 'metrics.jsonl'}, line 3: not a metrics event")
+    assert (run / "config.yaml").read_text() == config_before
+
+
 def test_metrics_past_the_checkpoint_are_dropped_on_resume(runs, data_dir):
     run = _copy(runs, "replay")
     _cut_back(run, 4)  # as if killed after step 6 was logged but before it was saved
