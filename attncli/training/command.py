@@ -15,7 +15,7 @@ from attncli import distributed
 from attncli.config import check_process_shares, load_config, save_config
 from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
-from attncli.errors import AttncliError, report
+from attncli.errors import LAUNCHER_ENV, AttncliError, report
 from attncli.plots import plot_curves
 from attncli.progress import Reporter, SilentReporter
 from attncli.resume_rules import validation_changes
@@ -91,11 +91,11 @@ def _run(config, data, paths: RunPaths, reporter: Reporter, world: World, device
                     None if from_step_0 else trainer.state.step)
             banner(reporter, trainer, data)
             signal_name = trainer.run()
+            return _signal_exit(signal_name, trainer, reporter)
     finally:
         reporter.close()
         if tensorboard is not None:
             tensorboard.close()
-    return _signal_exit(signal_name, trainer.state.step, paths, world)
 
 
 def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> None:
@@ -104,6 +104,7 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     paths = trainer.paths
     if not from_step_0:
         folder = trainer.resume()
+        trainer.metrics.read()  # a damaged line is refused before anything is rewritten
         if changes := validation_changes(load_config(paths.config), config):
             reporter.line(rescore_best(trainer, changes))  # every process: their states agree
     if trainer.world.primary:
@@ -122,13 +123,21 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
                   f"dropped{past}")
 
 
-def _signal_exit(signal_name: str | None, step: int, paths: RunPaths, world: World
-                 ) -> int | None:
+def _signal_exit(signal_name: str | None, trainer: Trainer, reporter: Reporter) -> int | None:
+    """After a signal stop: the curves drawn, the way to resume said (train.log too), and the
+    exit code (130 SIGINT, 143 SIGTERM)."""
     if not signal_name:
         return None
+    world, paths = trainer.world, trainer.paths
     if world.primary:
-        print(f"{signal_name}: saved a checkpoint at step {step}; resume with "
-              f"`attncli train --resume {paths.root}`")
+        plot_curves(trainer.metrics.read(), paths.curves, trainer.cfg.label_smoothing)
+    how = f"`attncli train --resume {paths.root}`"
+    if world.size > 1:  # resumed on another count of processes, the curve would differ
+        how = (f"`attncli train --resume {paths.root} --nproc {world.size}`"
+               if os.environ.get(LAUNCHER_ENV) == "1"
+               else f"{how} in {world.size} processes again, as now")
+    reporter.line(f"{signal_name}: saved a checkpoint at step {trainer.state.step}; resume "
+                  f"with {how}")
     return 130 if signal_name == "SIGINT" else 143
 
 

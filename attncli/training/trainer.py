@@ -153,7 +153,7 @@ class Trainer:
                     self.figures.read(state.step, state.epoch)
                 self.reporter.step(state.step, self.figures.shown)
                 with self.clock.paused():  # validation and saving are not training time
-                    reason = self._checkpoint_duties(reason)
+                    reason = self._checkpoint_duties(reason, stop)
                 if reason is not None:
                     break
             state.elapsed = self.clock.seconds()
@@ -165,33 +165,46 @@ class Trainer:
 
     def _agreed_stop(self, stop: StopSignal) -> str | None:
         """A signal or a limit, the same on every process (their clocks differ a little, and a
-        signal may reach only some)."""
+        signal may reach only some). A limit reached by the same update wins: the run is at its
+        end, which `_finish` completes with the signal held (else the save would be a run that
+        can neither train on nor have its end work done)."""
         reason = self.limit_reached()
         signal, late = self.world.any_of([stop.name is not None, reason == "max_minutes"])
-        if signal:
-            return "signal"
-        return "max_minutes" if late and reason is None else reason
+        if late and reason is None:
+            reason = "max_minutes"
+        return "signal" if signal and reason is None else reason
+
+    def _signalled(self, stop: StopSignal) -> bool:
+        """Whether a signal reached any process (a collective: every process asks at once)."""
+        return self.world.any_of([stop.name is not None])[0]
 
     def _read_due(self, reason: str | None) -> bool:
         cfg, step = self.cfg, self.state.step
         return (reason is not None or step % cfg.log_every == 0 or step % cfg.eval_every == 0
                 or bool(cfg.save_every and step % cfg.save_every == 0))
 
-    def _checkpoint_duties(self, reason: str | None) -> str | None:
-        """Validate and save when due; why to stop after this update (None: go on)."""
+    def _checkpoint_duties(self, reason: str | None, stop: StopSignal) -> str | None:
+        """Validate and save when due; why to stop after this update (None: go on).
+
+        A signal stop still validates a step that is due (a resume starts after it, so its
+        validation would be lost for good); a signal that came during the duties stops the run
+        before another update."""
         if self.figures.nonfinite_stop is not None:
             return "nonfinite"
-        if reason is not None or self.figures.nonfinite_in_row:
+        if reason not in (None, "signal") or self.figures.nonfinite_in_row:
             # During a run of skipped updates the weights are those that gave non-finite
             # ones: neither scored nor saved (a save would become `last` and prune good ones).
             return reason
         step = self.state.step
         if step % self.cfg.eval_every == 0:
-            reason = "patience" if self.validate() else None
+            if self.validate() and reason is None:
+                reason = "patience"
             self.save()
         elif self.cfg.save_every and step % self.cfg.save_every == 0:
             self.save()
-        return reason
+        else:
+            return reason
+        return "signal" if reason is None and self._signalled(stop) else reason
 
     def _finish(self, reason: str, stop: StopSignal) -> str | None:
         """Validate and save at the end (and average the last saves, `train.average_last`); a

@@ -100,8 +100,12 @@ class Validator:
 def score_weights(trainer: Any, weights: dict[str, torch.Tensor],
                   source: Path | None = None) -> ValScores:
     """Validation loss and greedy BLEU of `weights` (read from `source`, which errors name) in
-    a model of the run's config, scored by this process alone on the trainer's device."""
-    model = build_model(trainer.config, trainer.tokenizer)
+    a model of the run's config, scored by this process alone on the trainer's device.
+
+    Building the model draws its initial weights from torch's generator, which a resumed run
+    has just restored: forked, so that scoring leaves the run's random numbers as they were."""
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(trainer.config, trainer.tokenizer)
     load_state_dict_strictly(model, weights, source or trainer.paths.averaged)
     validator = Validator(trainer.config, model.to(trainer.device), trainer.tokenizer,
                           trainer.data, trainer.device, trainer.precision,

@@ -1,0 +1,117 @@
+"""A signal stops a run between updates and leaves it resumable, whatever the update it hits:
+the last one (the run's end is done, not left undoable), one whose step is due for validation
+(validated before the stop, not lost for good), or one whose validation it interrupts (no
+further update is trained). The resume line and the curves are in the run folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import torch
+from helpers import SMALL, metrics, pointers, train
+
+from attncli.training import trainer as trainer_module
+from attncli.training.trainer import Trainer
+from attncli.training.validate import score_weights
+
+SETS = ["train.max_steps=6", "train.save_every=2", "train.eval_every=2"]
+
+
+def _signal_during_update(monkeypatch, step: int, sig: int = signal.SIGTERM) -> None:
+    """Send `sig` while the update that makes `step` trains."""
+    real = trainer_module.train_step
+
+    def signalled(*args, **kwargs):
+        trainer = signalled.trainer
+        if trainer.state.step + 1 == step:
+            os.kill(os.getpid(), sig)
+        return real(*args, **kwargs)
+
+    real_run = Trainer.run
+
+    def run(trainer: Trainer):
+        signalled.trainer = trainer
+        return real_run(trainer)
+
+    monkeypatch.setattr(trainer_module, "train_step", signalled)
+    monkeypatch.setattr(Trainer, "run", run)
+
+
+def test_a_signal_in_the_last_update_lets_the_run_end_whole(data_dir, tmp_path, monkeypatch):
+    _signal_during_update(monkeypatch, 6)
+    result = train(data_dir, tmp_path, SMALL, "--name", "end", sets=SETS)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "end"
+    assert [r["step"] for r in metrics(run) if r["event"] == "val"] == [2, 4, 6]
+    assert pointers(run)["last"] == "step-6"
+    assert "stopped at step 6 (max_steps)" in result.stdout
+    assert "SIGTERM came while the run was ending" in result.stdout
+
+
+def test_a_signal_in_an_update_due_for_validation_validates_it_first(data_dir, tmp_path,
+                                                                     monkeypatch):
+    _signal_during_update(monkeypatch, 4, signal.SIGINT)
+    result = train(data_dir, tmp_path, SMALL, "--name", "mid", sets=SETS)
+    assert result.returncode == 130, result.stderr
+    run = tmp_path / "mid"
+    assert [r["step"] for r in metrics(run) if r["event"] == "val"] == [2, 4]
+    assert pointers(run)["last"] == "step-4"
+    line = f"SIGINT: saved a checkpoint at step 4; resume with `attncli train --resume {run}`"
+    assert line in result.stdout and line in (run / "train.log").read_text()
+    assert (run / "curves.png").is_file()
+
+
+def test_a_signal_during_validation_stops_before_another_update(data_dir, tmp_path,
+                                                                monkeypatch):
+    real = Trainer.validate
+
+    def signalled_validate(trainer: Trainer) -> bool:
+        if trainer.state.step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(trainer)
+
+    monkeypatch.setattr(Trainer, "validate", signalled_validate)
+    result = train(data_dir, tmp_path, SMALL, "--name", "during", sets=SETS)
+    assert result.returncode == 143, result.stderr
+    run = tmp_path / "during"
+    assert pointers(run)["last"] == "step-2"
+    assert max(r["step"] for r in metrics(run)) == 2  # no update 3 trained
+
+
+def test_scoring_saved_weights_leaves_the_runs_random_numbers_alone(data_dir, tmp_path,
+                                                                     monkeypatch):
+    """A resume that changed validation scores its best save again (`rescore_best`): building
+    that model must not move the generator the resumed run's dropout masks come from."""
+    captured = {}
+    real_run = Trainer.run
+
+    def capture(trainer: Trainer):
+        captured["trainer"] = trainer
+        return real_run(trainer)
+
+    monkeypatch.setattr(Trainer, "run", capture)
+    result = train(data_dir, tmp_path, SMALL, "--name", "rng", sets=["train.max_steps=1"])
+    assert result.returncode == 0, result.stderr
+    trainer = captured["trainer"]
+    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    before = torch.get_rng_state()
+    score_weights(trainer, weights, Path("weights"))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_second_sigterm_stops_at_once_with_143_and_says_so(data_dir, tmp_path, monkeypatch):
+    real = Trainer.validate
+
+    def twice_signalled_validate(trainer: Trainer) -> bool:
+        if trainer.state.step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(trainer)
+
+    monkeypatch.setattr(Trainer, "validate", twice_signalled_validate)
+    result = train(data_dir, tmp_path, SMALL, "--name", "twice", sets=SETS)
+    assert result.returncode == 143
+    assert "a second SIGTERM: stopped at once" in result.stderr
+    assert pointers(tmp_path / "twice")["last"] == "step-2"  # the last save, whole
