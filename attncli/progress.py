@@ -52,6 +52,11 @@ class Reporter:
         else:
             print(text, flush=True)
 
+    def set_total(self, total: int | None) -> None:
+        """The update count the bar runs to (None: no end known, so no ETA)."""
+        if self.progress is not None:
+            self.progress.update(self.task, total=total)
+
     def step(self, step: int, figures: str) -> None:
         if self.progress is not None:
             self.progress.update(self.task, completed=step, figures=figures)

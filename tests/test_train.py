@@ -96,7 +96,8 @@ def test_worker_processes_are_started_once_for_every_epoch(data_dir, tmp_path, m
                    sets=["data.train_limit=60", "train.max_epochs=3", "train.workers=1"])
     assert result.returncode == 0, result.stderr
     epochs = {r["epoch"] for r in metrics(tmp_path / "epochs") if r["event"] == "train"}
-    assert {0, 1, 2} <= epochs and len(pools) == 1  # three epochs, one pool of workers
+    assert epochs == {0, 1, 2} and len(pools) == 1  # three epochs (each step labelled with
+    # the epoch its batches came from, not the position after it), one pool of workers
 
 
 def test_resumed_run_matches_uninterrupted_run(runs):
@@ -259,3 +260,15 @@ def test_tensorboard_events_hold_the_metrics_scalars(data_dir, tmp_path):
         assert [s for s, _ in found] == [s for s, _ in points], tag
         for (_, value), (_, want) in zip(found, points, strict=True):
             assert value == pytest.approx(want, rel=1e-6), tag
+
+
+def test_the_progress_bar_counts_to_the_first_limit_the_run_will_meet():
+    from attncli.config import TrainConfig
+    from attncli.training.prepare import planned_updates
+
+    # small.yaml's 100 epochs of 133 batches end a --set train.max_steps=20000 run at 13,300
+    assert planned_updates(TrainConfig(max_epochs=100, max_steps=20000), 133) == 13_300
+    assert planned_updates(TrainConfig(max_epochs=100, max_steps=500), 133) == 500
+    assert planned_updates(TrainConfig(max_epochs=2, accum_steps=2), 133) == 134
+    assert planned_updates(TrainConfig(max_epochs=None, max_steps=None), 133) is None
+    assert planned_updates(TrainConfig(max_epochs=100, max_minutes=30), 133) is None

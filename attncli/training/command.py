@@ -67,9 +67,8 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
         data, paths = prepare_run(config, resumed, config_path, name, runs_dir, world, say)
         if resumed is None and world.primary:
             held.enter_context(run_lock(paths))
-        # the bar's ETA counts steps: with a time limit too it would promise the wrong end
-        steps = None if config.train.max_minutes is not None else config.train.max_steps
-        reporter = Reporter(paths.log, steps, 0, earlier) if world.primary else SilentReporter()
+        # the bar's total is set once the epoch's batches are cut (`banner`)
+        reporter = Reporter(paths.log, None, 0, earlier) if world.primary else SilentReporter()
         return _run(config, data, paths, reporter, world, device, resumed is not None,
                     from_step_0)
 

@@ -31,6 +31,7 @@ class Update:
     counted: bool          # False: this process's share is empty; it joins with zero weight
     epoch: int             # the position after this update
     batch_index: int
+    trained_epoch: int     # the epoch its batches belong to (what logs label it with)
 
 
 class UpdateFeed:
@@ -60,25 +61,25 @@ class UpdateFeed:
         return self._epoch_order[1]
 
     def _schedule(self, epoch: int, batch_index: int
-                  ) -> Iterator[tuple[int, int, list[np.ndarray]]]:
-        """(epoch, batch index) after each update, and the update's batches, endlessly."""
+                  ) -> Iterator[tuple[int, tuple[int, int], list[np.ndarray]]]:
+        """Each update's epoch, (epoch, batch index) after it, and its batches, endlessly."""
         accum = self.cfg.accum_steps
         while True:
             order = self.epoch_batches(epoch)
             for start in range(batch_index, len(order), accum):
                 update = order[start : start + accum]
                 end = start + len(update)
-                yield (epoch, end) if end < len(order) else (epoch + 1, 0), update
+                yield epoch, (epoch, end) if end < len(order) else (epoch + 1, 0), update
             epoch, batch_index = epoch + 1, 0
 
     def updates(self, epoch: int, batch_index: int) -> Iterator[Update]:
         """The updates from position (epoch, batch_index) on; stops only when not asked on."""
         share, corpus = self.world.share, self.corpus
         schedule, ahead = itertools.tee(self._schedule(epoch, batch_index))
-        mine_ahead = (pairs for _, update in ahead for pairs in share(update))
+        mine_ahead = (pairs for _, _, update in ahead for pairs in share(update))
         loader = iter(batch_loader(corpus, mine_ahead, self.pad_multiple, self.workers,
                                    self.device.type == "cuda"))
-        for (epoch, batch_index), update in schedule:
+        for trained_epoch, (epoch, batch_index), update in schedule:
             rows = sum(len(pairs) for pairs in update)
             tokens = rows + sum(int(corpus.tgt_lens[pairs].sum()) for pairs in update)
             mine = [next(loader) for _ in share(update)]
@@ -87,7 +88,7 @@ class UpdateFeed:
             counted = bool(mine)
             if not counted:
                 mine = [corpus.collate(update[0], self.pad_multiple)]
-            yield Update(mine, tokens, counted, epoch, batch_index)
+            yield Update(mine, tokens, counted, epoch, batch_index, trained_epoch)
 
     def _resampled(self, batches: list[Batch], pairs: list[np.ndarray], epoch: int
                    ) -> tuple[list[Batch], int]:

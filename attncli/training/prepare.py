@@ -90,7 +90,20 @@ def banner(reporter, trainer, data) -> None:
         f"{corpus.dropped_long} longer than {trainer.config.data.max_len} subwords dropped); "
         f"{len(batches)} batches per epoch, {share:.1%} padding (lengths rounded up to "
         f"multiples of {multiple}); {trainer.feed.workers} batch worker(s)")
+    reporter.set_total(planned_updates(trainer.cfg, len(batches)))
     reporter.line(
         f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
         f"({trainer.precision}, {torch.get_num_threads()} threads)"
         + (f"; {processes} processes share each update" if processes > 1 else ""))
+
+
+def planned_updates(cfg, batches_per_epoch: int) -> int | None:
+    """The updates the progress bar counts to: the first of train.max_steps and max_epochs
+    (epochs of about `batches_per_epoch`), None when max_minutes may end the run sooner (an
+    ETA from the step count would promise the wrong end)."""
+    if cfg.max_minutes is not None:
+        return None
+    by_epochs = (cfg.max_epochs * -(-batches_per_epoch // cfg.accum_steps)
+                 if cfg.max_epochs is not None else None)
+    return min((n for n in (cfg.max_steps, by_epochs) if n is not None), default=None)
+

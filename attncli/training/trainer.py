@@ -68,6 +68,7 @@ class Trainer:
         self.loss_fn = loss_module(self.model, self.world, device)
         self.optimizer = make_optimizer(self.model, self.cfg)
         self.saved_step = -1  # not saved: a resumed run starts counting afresh
+        self.trained_epoch = 0  # the epoch of the last update's batches
 
     def _device_pad_multiple(self) -> int:
         return resolve_pad_multiple(self.cfg.pad_multiple, self.device, self.precision)
@@ -141,6 +142,7 @@ class Trainer:
         with StopSignal() as stop:
             for update in self.feed.updates(state.epoch, state.batch_index):
                 state.epoch, state.batch_index = update.epoch, update.batch_index
+                self.trained_epoch = update.trained_epoch  # what logs label the step with
                 lr = inverse_sqrt_lr(state.step + 1, cfg.lr, cfg.warmup_steps)
                 stats = train_step(self.loss_fn, self.optimizer, update.batches, cfg, lr,
                                    self.device, self.precision, update.tokens, self.world.size,
@@ -150,7 +152,7 @@ class Trainer:
                 state.elapsed = self.clock.seconds()
                 reason = self._agreed_stop(stop)
                 if self._read_due(reason):
-                    self.figures.read(state.step, state.epoch)
+                    self.figures.read(state.step, self.trained_epoch)
                 self.reporter.step(state.step, self.figures.shown)
                 with self.clock.paused():  # validation and saving are not training time
                     reason = self._checkpoint_duties(reason, stop)
@@ -255,7 +257,7 @@ class Trainer:
             state.best_bleu, state.best_step, state.bad_validations = scores.bleu, state.step, 0
         else:
             state.bad_validations += 1
-        self.metrics.write({"event": "val", "step": state.step, "epoch": state.epoch,
+        self.metrics.write({"event": "val", "step": state.step, "epoch": self.trained_epoch,
                             "val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
                             "seconds": round(state.elapsed, 2)})
         self.reporter.line(f"validation step {state.step} ({self.validator.pairs}): val loss "
