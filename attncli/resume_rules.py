@@ -106,12 +106,20 @@ VALIDATION_KEYS = (("data", "valid_limit"), ("data", "val"), ("decode", "max_len
                    ("decode", "max_len_b"), ("decode", "no_repeat_ngram_size"))
 
 
-def validation_changes(saved: Config, wanted: Config) -> list[str]:
-    """The resume's changes to what validation scores ('data.valid_limit 16 -> 200'): the run's
-    best BLEU so far was scored otherwise, and cannot be compared with the next ones as it is."""
-    old, new = saved.to_dict(), wanted.to_dict()
-    return [f"{section}.{key} {old[section][key]!r} -> {new[section][key]!r}"
-            for section, key in VALIDATION_KEYS if old[section][key] != new[section][key]]
+def validation_settings(config: Config) -> dict[str, Any]:
+    """What validation scores with, 'section.key' -> value; each save records them beside the
+    best BLEU they gave."""
+    values = config.to_dict()
+    return {f"{section}.{key}": values[section][key] for section, key in VALIDATION_KEYS}
+
+
+def validation_changes(recorded: dict[str, Any], wanted: Config) -> list[str]:
+    """The resume's changes to what validation scores ('data.valid_limit 16 -> 200'), against
+    the settings the checkpoint's best BLEU was scored with (`validation_settings`): that best
+    was scored otherwise, and cannot be compared with the next ones as it is."""
+    new = validation_settings(wanted)
+    return [f"{key} {recorded[key]!r} -> {new[key]!r}"
+            for key in new if key in recorded and recorded[key] != new[key]]
 
 
 def model_fingerprint(model: ModelConfig) -> str:

@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from attncli.checkpoint import KILL_AT_ENV, SAVE_PHASES
 from attncli.model.transformer import Seq2SeqTransformer
+from attncli.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +299,25 @@ def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
     plain = _copy(runs, "same-validation")
     assert resume(data_dir, plain, "train.max_steps=8").returncode == 0
     assert "validation changed" not in (plain / "train.log").read_text()
+
+
+def test_a_crash_after_the_rescore_still_rescores_at_the_next_resume(runs, data_dir,
+                                                                      monkeypatch):
+    """The rescored best lives in memory until the next save, while config.yaml already holds
+    the new settings: the next resume must compare with what the checkpoint was scored on."""
+    run = _copy(runs, "crashed-rescore")
+
+    def crash(trainer):
+        raise RuntimeError("killed before the next save")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "run", crash)
+        assert resume(data_dir, run, "train.max_steps=8", "data.valid_limit=5").returncode == 1
+    assert "valid_limit: 5" in (run / "config.yaml").read_text()
+    result = resume(data_dir, run, "train.max_steps=8")
+    assert result.returncode == 0, result.stderr
+    log = (run / "train.log").read_text()
+    assert log.count("validation changed (data.valid_limit 16 -> 5)") == 2
 
 
 def test_a_live_run_is_not_resumed_by_a_second_process(runs, data_dir):

@@ -40,6 +40,7 @@ class RunState:
     elapsed: float = 0.0    # training seconds (validation and saving not counted)
     window: dict = field(default_factory=dict)  # the open log window (figures.window_record)
     fixed: dict = field(default_factory=dict)   # the config keys a resume may not change
+    validation: dict = field(default_factory=dict)  # what best_bleu was scored on ({}: before)
 
 
 def data_fingerprint(corpus) -> str:

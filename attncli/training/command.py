@@ -18,7 +18,7 @@ from attncli.distributed import World
 from attncli.errors import LAUNCHER_ENV, AttncliError, report
 from attncli.plots import plot_curves
 from attncli.progress import Reporter, SilentReporter
-from attncli.resume_rules import validation_changes
+from attncli.resume_rules import validation_changes, validation_settings
 from attncli.runs import RunPaths, run_lock
 from attncli.tensorboard_log import open_tensorboard
 from attncli.tokenizer import tokenizer_from_bytes
@@ -104,7 +104,10 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     if not from_step_0:
         folder = trainer.resume()
         trainer.metrics.read()  # a damaged line is refused before anything is rewritten
-        if changes := validation_changes(load_config(paths.config), config):
+        # scored with: as the checkpoint recorded (a crash after a rescore left config.yaml
+        # already rewritten), else as config.yaml says (runs saved before it was recorded)
+        recorded = trainer.state.validation or validation_settings(load_config(paths.config))
+        if changes := validation_changes(recorded, config):
             reporter.line(rescore_best(trainer, changes))  # every process: their states agree
     if trainer.world.primary:
         save_config(config, paths.config)  # --set may have extended the run

@@ -25,6 +25,7 @@ from attncli.resume_rules import (
     fixed_settings,
     limit_reached,
     model_fingerprint,
+    validation_settings,
 )
 from attncli.runs import MetricsLog, RunPaths
 from attncli.subword_sampling import SubwordSampler
@@ -274,6 +275,7 @@ class Trainer:
             return
         self.state.window = self.figures.window_record()
         self.state.fixed = self.fixed_settings
+        self.state.validation = validation_settings(self.config)
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
                  self.device, self.fingerprint)
         self.saved_step = self.state.step
