@@ -129,13 +129,27 @@ def _clear_leftovers(paths: RunPaths) -> None:
 
 
 def _prune(paths: RunPaths, keep: int) -> None:
-    """Keep the newest `keep` step folders up to `last`, and the best one."""
+    """Keep the newest `keep` step folders up to `last`, and the best one.
+
+    A save that a signal made between the run's own saves (state.json `interrupted`) is there
+    for the resume alone: once a newer save exists it goes first, so that the saves kept, and
+    those the end of the run averages, are the ones an uninterrupted run would have."""
     pointed = paths.pointed_steps()
     last, best = pointed["last"], pointed.get("best")
+    for step in [s for s in paths.step_dirs() if s < last and s != best]:
+        if _interrupted(paths.step_dir(step)):
+            remove_folder(paths.step_dir(step))
     steps = [s for s in paths.step_dirs() if s <= last]
     for step in steps[:-keep]:
         if step != best:
             remove_folder(paths.step_dir(step))
+
+
+def _interrupted(folder: Path) -> bool:
+    try:
+        return bool(json.loads((folder / STATE_FILE).read_text("utf-8")).get("interrupted"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # --------------------------------------------------------------------------------------------

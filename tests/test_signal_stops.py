@@ -5,12 +5,13 @@ further update is trained). The resume line and the curves are in the run folder
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import torch
-from helpers import SMALL, metrics, pointers, train
+from helpers import SMALL, metrics, pointers, resume, train
 
 from attncli.training import trainer as trainer_module
 from attncli.training.trainer import Trainer
@@ -115,3 +116,22 @@ def test_a_second_sigterm_stops_at_once_with_143_and_says_so(data_dir, tmp_path,
     assert result.returncode == 143
     assert "a second SIGTERM: stopped at once" in result.stderr
     assert pointers(tmp_path / "twice")["last"] == "step-2"  # the last save, whole
+
+
+def test_a_save_a_signal_made_between_saves_goes_once_a_newer_one_exists(data_dir, tmp_path,
+                                                                         monkeypatch):
+    """Else it took a place among the kept saves and in the end's average: an interrupted run
+    averaged steps 2, 3, 4, 6 where the uninterrupted one averages 2, 4, 6."""
+    sets = [*SETS, "train.average_last=3"]
+    with monkeypatch.context() as patch:
+        _signal_during_update(patch, 3)
+        assert train(data_dir, tmp_path, SMALL, "--name", "cut", sets=sets).returncode == 143
+    run = tmp_path / "cut"
+    state = json.loads((run / "checkpoints" / "step-3" / "state.json").read_text())
+    assert state["interrupted"] is True
+    result = resume(data_dir, run)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == [
+        "step-2", "step-4", "step-6"]
+    (averaged,) = [r for r in metrics(run) if r["event"] == "averaged"]
+    assert averaged["steps"] == [2, 4, 6]

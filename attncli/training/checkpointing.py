@@ -70,15 +70,17 @@ def weights_are_finite(model: nn.Module) -> bool:
 
 def save_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
              state: RunState, cfg: TrainConfig, world: World, device: torch.device,
-             fingerprint: str) -> None:
-    """Save a step folder for `state.step`; never non-finite weights.
+             fingerprint: str, interrupted: bool = False) -> None:
+    """Save a step folder for `state.step`; never non-finite weights. `interrupted`: a save
+    that a signal asked for between the run's own (pruned once a newer save exists).
 
     Every process takes part (the RNG states); rank 0 writes.
     """
     if not weights_are_finite(model):
         raise AttncliError(f"step {state.step}: the weights are not finite; not saved, the "
                            "previous checkpoint is intact")
-    record = state_record(state, cfg, world, device)
+    record = {**state_record(state, cfg, world, device),
+              **({"interrupted": True} if interrupted else {})}
     if world.primary:
         save_checkpoint(paths, model, optimizer, record, fingerprint, state.best_step,
                         cfg.keep_checkpoints)

@@ -219,7 +219,7 @@ class Trainer:
         if reason == "nonfinite" or self.figures.nonfinite_in_row:
             self._refuse_nonfinite_weights(reason)
         if reason == "signal":
-            self.save()
+            self.save(interrupted=True)  # a no-op where this step was saved as due
             return stop.name or "SIGTERM"  # the signal reached another process
         if self.state.last_validated != self.state.step:
             self.validate()
@@ -269,13 +269,14 @@ class Trainer:
             plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)
         return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
 
-    def save(self) -> None:
-        """Save a step folder for the current step, once per step."""
+    def save(self, interrupted: bool = False) -> None:
+        """Save a step folder for the current step, once per step (`interrupted`: one that a
+        signal asked for between the run's own saves)."""
         if self.saved_step == self.state.step:
             return
         self.state.window = self.figures.window_record()
         self.state.fixed = self.fixed_settings
         self.state.validation = validation_settings(self.config)
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
-                 self.device, self.fingerprint)
+                 self.device, self.fingerprint, interrupted)
         self.saved_step = self.state.step
