@@ -116,12 +116,15 @@ def test_sigterm_to_the_launcher_saves_a_checkpoint_that_resumes(data_dir, tmp_p
     out, err = process.communicate(timeout=60)
     assert process.returncode == 143, err
     saved = int(pointers(run)["last"].removeprefix("step-"))
-    assert saved >= 3 and f"saved a checkpoint at step {saved}" in out
+    assert saved >= 3 and (f"saved a checkpoint at step {saved}; resume with `attncli train "
+                           f"--resume {run} --nproc 2`") in out
     assert [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step-")] == [
         f"step-{saved}"]
-    again = resume(data_dir, run, f"train.max_steps={saved + 2}")
+    again = resume(data_dir, run, f"train.max_steps={saved + 2}")  # on one process
     assert again.returncode == 0, again.stderr
     assert max(losses(run)) == saved + 2
+    assert ("this run saved with 2 training process(es) and resumes with 1: its losses will "
+            "not follow an uninterrupted run's (resume with --nproc 2 for that)") in again.stdout
 
 
 def _child_with_rank(parent: int, rank: int) -> int:

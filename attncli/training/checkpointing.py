@@ -36,6 +36,7 @@ class RunState:
     last_validated: int = -1
     pad_multiple: int = 1   # batches were cut with it; the position means nothing without it
     threads: int = 0        # CPU threads of the process that saved (0: not recorded, before 0.5)
+    processes: int = 0      # training processes when it saved (0: not recorded, before 0.5)
     data: str = ""          # `data_fingerprint` of the training pairs ("": before 0.5)
     elapsed: float = 0.0    # training seconds (validation and saving not counted)
     window: dict = field(default_factory=dict)  # the open log window (figures.window_record)

@@ -56,7 +56,7 @@ class Trainer:
         self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
         self.precision = resolve_precision(self.cfg.precision, device)
         self.data_fingerprint = data_fingerprint(data.train)
-        self.state = RunState(pad_multiple=self._device_pad_multiple(),
+        self.state = RunState(pad_multiple=self._device_pad_multiple(), processes=self.world.size,
                               threads=torch.get_num_threads(), data=self.data_fingerprint)
         self.fingerprint = model_fingerprint(config.model)
         self.fixed_settings = fixed_settings(config)  # what each save records
@@ -103,6 +103,7 @@ class Trainer:
                 f"this run's batches were cut (this device would choose {chosen}): its data "
                 f"position counts those batches")
         self._say_if_threads_changed()
+        self._say_if_processes_changed()
         return folder
 
     def _check_same_data(self, folder: Path) -> None:
@@ -127,6 +128,18 @@ class Trainer:
                 f"{threads}: its losses will differ from an uninterrupted run's in the last "
                 f"digits (train.threads sets the count)")
         self.state.threads = threads
+
+    def _say_if_processes_changed(self) -> None:
+        """Each process draws dropout masks of its own (seeded by its rank) for its share of an
+        update, so on another count of processes the resumed curve is another curve: said, as
+        the run is still sound and resumes where it stopped."""
+        processes = self.world.size
+        if self.state.processes not in (0, processes):
+            self.reporter.line(
+                f"this run saved with {self.state.processes} training process(es) and resumes "
+                f"with {processes}: its losses will not follow an uninterrupted run's (resume "
+                f"with --nproc {self.state.processes} for that)")
+        self.state.processes = processes
 
     # -- the loop ------------------------------------------------------------------------------
 
