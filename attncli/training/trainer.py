@@ -133,8 +133,9 @@ class Trainer:
         """Each process draws dropout masks of its own (seeded by its rank) for its share of an
         update, so on another count of processes the resumed curve is another curve: said, as
         the run is still sound and resumes where it stopped."""
-        processes = self.world.size
-        if self.state.processes not in (0, processes):
+        processes, model = self.world.size, self.config.model
+        dropout = model.dropout or model.attention_dropout  # without it the curve is the same
+        if dropout and self.state.processes not in (0, processes):
             self.reporter.line(
                 f"this run saved with {self.state.processes} training process(es) and resumes "
                 f"with {processes}: its losses will not follow an uninterrupted run's (resume "
