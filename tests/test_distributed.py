@@ -109,7 +109,8 @@ def _wait_for_step(run: Path, step: int, process: subprocess.Popen, seconds: flo
 
 def test_sigterm_to_the_launcher_saves_a_checkpoint_that_resumes(data_dir, tmp_path):
     process = _two_processes(data_dir, tmp_path, "term", ["train.max_steps=100000",
-                                                          "train.save_every=1000"], wait=False)
+                                                          "train.save_every=1000",
+                                                          "model.dropout=0.1"], wait=False)
     run = tmp_path / "term"
     _wait_for_step(run, 3, process)
     process.send_signal(signal.SIGTERM)
