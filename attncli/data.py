@@ -106,7 +106,7 @@ def data_dirs() -> list[Path]:
 def _local_candidates(name: str) -> list[Path]:
     """Where a data set may be: the name as a path, in each data folder, and (for a Hub id)
     the copy its download kept."""
-    return [Path(name), *(d / name for d in data_dirs()),
+    return [Path(name).expanduser(), *(d / name for d in data_dirs()),
             *([_hub_copy(name)] if "/" in name else [])]
 
 
@@ -135,12 +135,16 @@ def resolve_dataset(name: str, subset: str | None = None) -> Path:
             raise AttncliError(f"{candidate}: this data set has no subsets (its splits are "
                                f"files here), so data.subset {subset!r} cannot be found; set "
                                f"data.subset to null")
-    named = Path(name)
-    if subset and named.is_dir():  # a folder the user named: no Hub download to fall back on
+    named = Path(name).expanduser()
+    if named.is_dir():  # a folder the user named is local: never a Hub id, never merged
         have = [item.name for item in sorted(named.iterdir())
                 if item.is_dir() and _has_split_file(item)]
-        raise AttncliError(f"{named}: no subset {subset!r} (data.subset; it has: "
-                           f"{', '.join(have) or 'none'})")
+        if subset:
+            raise AttncliError(f"{named}: no subset {subset!r} (data.subset; it has: "
+                               f"{', '.join(have) or 'none'})")
+        raise AttncliError(f"{named}: no train, val or test file here"
+                           + (f"; it has subsets {', '.join(have)}: name one (data.subset, "
+                              f"or its folder)" if have else ""))
     return _download_from_hub(name, subset, looked)
 
 
@@ -160,7 +164,8 @@ def _download_from_hub(name: str, subset: str | None, looked: list[str]) -> Path
         raise AttncliError(f"{name}: no such file or folder")  # a path, not a Hub id
     layout = HUB_LAYOUTS.get(name) if subset is None else None
     hub_id = layout.hub_id if layout else HUB_ALIASES.get(name, name if "/" in name else None)
-    advice = (f"put {name}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "
+    folder = f"{name}/{subset}" if subset else name
+    advice = (f"put {folder}/train.jsonl (and val.jsonl, test.jsonl) in a data folder and set "
               f"ATTNCLI_DATA_DIR to it")
     if hub_id is None:
         raise AttncliError(f"data set {name!r} not found (looked in {', '.join(looked)}); "

@@ -175,7 +175,7 @@ def run_models(paths: RunPaths, joint: bool) -> dict[str | None, bytes]:
 def model_file_bytes(cfg: TokenizerConfig) -> dict[str | None, bytes]:
     """`tokenizer.model_file`, checked, as the joint model."""
     check_model_file(cfg)
-    return {None: Path(cfg.model_file).read_bytes()}
+    return {None: Path(cfg.model_file).expanduser().read_bytes()}
 
 
 def tokenizer_from_bytes(models: dict[str | None, bytes]) -> Tokenizer:
@@ -212,7 +212,7 @@ def _load_one(path: Path) -> spm.SentencePieceProcessor:
 def check_model_file(cfg: TokenizerConfig) -> None:
     """Fail early (before a run folder exists) when `tokenizer.model_file` is unusable."""
     if cfg.model_file:
-        _load_one(Path(cfg.model_file))
+        _load_one(Path(cfg.model_file).expanduser())
 
 
 def load_tokenizer(paths: RunPaths, joint: bool) -> Tokenizer:

@@ -142,6 +142,32 @@ def test_a_folder_without_split_files_is_not_a_data_set(tmp_path, monkeypatch):
         resolve_dataset("notes")
 
 
+@pytest.mark.parametrize("name", ["corp", "corp/", "./corp"])
+def test_a_named_folder_of_subsets_is_never_merged_or_copied(tmp_path, monkeypatch, name):
+    """'corp/' went to `datasets.load_dataset`, which merged every subfolder's files into one
+    data set and kept a copy in data/ that later runs read even after the folder changed."""
+    import datasets
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ATTNCLI_DATA_DIR", raising=False)
+    for subset in ("de-en", "de-en-filtered"):
+        (tmp_path / "corp" / subset).mkdir(parents=True)
+        (tmp_path / "corp" / subset / "train.jsonl").write_text('{"en": "a", "de": "b"}\n')
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("Hub asked"))
+    with pytest.raises(AttncliError, match=r"no train, val or test file here; it has subsets "
+                                           r"de-en, de-en-filtered: name one"):
+        resolve_dataset(name)
+    assert not (tmp_path / "data").exists()
+    assert resolve_dataset(name, "de-en") == Path(name) / "de-en"
+
+
+def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "pairs").mkdir()
+    (tmp_path / "pairs" / "train.jsonl").write_text('{"en": "a", "de": "b"}\n')
+    assert resolve_dataset("~/pairs") == tmp_path / "pairs"
+
+
 def _no_run_folder(runs: Path) -> bool:
     return not runs.exists() or not any(runs.iterdir())
 
