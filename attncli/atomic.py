@@ -15,11 +15,12 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # Names of temp files and folders start with this, so listings can tell them from real ones.
 TEMP_PREFIX = ".tmp-"
@@ -36,12 +37,29 @@ def fsync_path(path: Path) -> None:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that an interrupt leaves either the old file or the new one."""
-    path = Path(path)
+    with replacing_file(path) as f:
+        f.write(data)
+
+
+@contextmanager
+def replacing_file(path: Path, mode: str = "wb") -> Iterator[IO]:
+    """A file whose contents become `path` when the block ends without an error: written under
+    a temp name beside it, fsynced and renamed over it, so an interrupt leaves the old file or
+    the new one. A symlink is written through (its target replaced, the link kept), a FIFO or
+    a device written to directly (no rename can stand in for one). The file keeps the old
+    one's permissions, or gets those the umask gives a new file (not the temp file's 0600)."""
+    path = _write_target(Path(path))
+    text = {} if "b" in mode else {"encoding": "utf-8"}
+    if _is_special(path):
+        with open(path, mode, **text) as f:
+            yield f
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temp_file(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        os.fchmod(fd, _new_mode(path))
+        with os.fdopen(fd, mode, **text) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -49,6 +67,34 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_path(path.parent)
+
+
+def _write_target(path: Path) -> Path:
+    """The file a write to `path` means: a symlink's target, else `path`."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _is_special(path: Path) -> bool:
+    """An existing FIFO, socket or device: written in place, never replaced."""
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _new_mode(path: Path) -> int:
+    """The permissions of the file replaced, or what the umask gives a new file."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 def _temp_file(path: Path) -> tuple[int, str]:
@@ -60,7 +106,9 @@ def output_file_problem(path: Path) -> str | None:
     """Why a file could not be written at `path` (None if it can be tried): checked before a
     command's work, so that work is not lost to a name that was never usable. Where the
     folder exists, a temp file is made there and removed, as the write will."""
-    path = Path(path)
+    path = _write_target(Path(path))
+    if _is_special(path):
+        return None if os.access(path, os.W_OK) else "cannot be written (permission denied)"
     try:
         is_folder = path.is_dir()
     except OSError as err:  # e.g. a name longer than the file system takes
@@ -109,6 +157,7 @@ def staged_folder(final: Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=final.parent,
                                     prefix=f"{TEMP_PREFIX}{final.name}.{_writer()}."))
     try:
+        os.chmod(staging, 0o777 & ~_umask())  # a folder as mkdir makes one, not mkdtemp's 0700
         yield staging
         for item in staging.iterdir():
             fsync_path(item)

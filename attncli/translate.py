@@ -14,13 +14,12 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from attncli.atomic import output_file_problem
+from attncli.atomic import output_file_problem, replacing_file
 from attncli.average import describe
 from attncli.errors import AttncliError
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
@@ -80,19 +79,13 @@ def _chunks(inputs: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
 
 @contextlib.contextmanager
 def _output(path: Path | None) -> Iterator[TextIO]:
-    """stdout, or a file written under a temporary name and renamed once complete."""
+    """stdout, or a file written under a temporary name and renamed once complete (see
+    `atomic.replacing_file`)."""
     if path is None:
         yield sys.stdout
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing_file(path, "w") as f:
+        yield f
 
 
 def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], nbest: int,
@@ -155,7 +148,9 @@ def _open_inputs(texts: Sequence[str], input_file: Path | None,
     if input_file is not None:
         if texts:
             raise AttncliError("give sentences as arguments or with --input, not both")
-        if not input_file.is_file():
+        if input_file.is_dir():
+            raise AttncliError(f"--input {input_file}: is a folder; give a file")
+        if not input_file.exists():  # a pipe, /dev/stdin or <(...) is read as a file is
             raise AttncliError(f"--input {input_file}: no such file")
         lines = stack.enter_context(input_file.open("rb"))
         return _from_lines(lines, f"{input_file} "), CHUNK_LINES

@@ -176,6 +176,34 @@ def test_unusable_output_names_are_refused_before_any_work(workdir, tmp_path, op
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
+def test_outputs_write_through_links_and_pipes_with_the_umask_and_read_pipes(workdir, run_dir,
+                                                                           tmp_path):
+    """A symlink, a FIFO or a device named as --output was replaced by a regular file (the
+    link's target untouched, the FIFO's reader given nothing), new files were 0600 whatever the
+    umask, and --input refused a pipe as 'no such file'."""
+    real, link, fifo = tmp_path / "real.txt", tmp_path / "link.txt", tmp_path / "fifo"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader.start()
+    for target in (link, fifo, tmp_path / "new.txt"):
+        out = _cli(workdir, "translate", "--run", str(run_dir), "--output", str(target),
+                   "A cat.")
+        assert out.returncode == 0, out.stderr
+    reader.join(60)
+    assert link.is_symlink() and real.read_text() != "old\n"
+    assert fifo.is_fifo() and read[0].decode() == real.read_text()
+    umask = os.umask(0)
+    os.umask(umask)  # the subprocess's too
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~umask
+    out = subprocess.run(f"{sys.executable} -m attncli translate --run {run_dir} --input "
+                         "<(echo 'A cat.')", shell=True, executable="/bin/bash",
+                         capture_output=True, text=True, cwd=workdir, env=_env(workdir))
+    assert out.returncode == 0 and out.stdout == real.read_text(), out.stderr
+
+
 def test_a_single_empty_argument_exits_2(workdir, run_dir):
     out = _cli(workdir, "translate", "--run", str(run_dir), "  ")
     assert out.returncode == 2 and _error_lines(out.stderr) == ["error: empty input"]
