@@ -186,7 +186,7 @@ def test_outputs_write_through_links_and_pipes_with_the_umask_and_read_pipes(wor
     link.symlink_to(real)
     os.mkfifo(fifo)
     read: list[bytes] = []
-    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()), daemon=True)
     reader.start()
     for target in (link, fifo, tmp_path / "new.txt"):
         out = _cli(workdir, "translate", "--run", str(run_dir), "--output", str(target),
