@@ -115,23 +115,29 @@ def output_file_problem(path: Path) -> str | None:
         return (err.strerror or str(err)).lower()
     if is_folder:
         return "is a folder; give a file name"
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                return f"{parent} is a file, not a folder"
-            return _write_problem(path) if parent == path.parent else None
-    return None
+    if path.parent.is_dir():
+        try:
+            if len(os.fsencode(path.name)) > os.pathconf(path.parent, "PC_NAME_MAX"):
+                return "file name too long"
+        except OSError:
+            pass
+    return output_folder_problem(path.parent)
 
 
-def _write_problem(path: Path) -> str | None:
-    try:
-        if len(os.fsencode(path.name)) > os.pathconf(path.parent, "PC_NAME_MAX"):
-            return "file name too long"
-        fd, tmp = _temp_file(path)
-    except OSError as err:
-        return f"cannot write in {path.parent} ({err.strerror or err})"
-    os.close(fd)
-    Path(tmp).unlink(missing_ok=True)
+def output_folder_problem(folder: Path) -> str | None:
+    """Why files could not be written in `folder` (made if missing), None if they can: its
+    nearest existing folder must take a temp file, which is made there and removed."""
+    for existing in (Path(folder), *Path(folder).parents):
+        if existing.exists():
+            if not existing.is_dir():
+                return f"{existing} is a file, not a folder"
+            try:
+                fd, tmp = tempfile.mkstemp(dir=existing, prefix=f"{TEMP_PREFIX}probe.")
+            except OSError as err:
+                return f"cannot write in {existing} ({err.strerror or err})"
+            os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            return None
     return None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attncli.atomic import atomic_write_json, atomic_write_text
+from attncli.atomic import atomic_write_json, atomic_write_text, output_folder_problem
 from attncli.average import averaged_facts, describe
 from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
@@ -135,7 +135,7 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
         trained.config.decode.no_repeat_ngram_size = no_repeat_ngram
     if engine == "torch":
         return trained
-    from attncli.export import open_engine
+    from attncli.export import check_made_from, open_engine
 
     trained.engine = open_engine(trained.paths.root, exported, trained.tokenizer,
                                  trained.config.decode)
@@ -146,8 +146,14 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
             f"export was made from {made_from}: export it again (`attncli export {run_dir} "
             f"--to ctranslate2 --checkpoint {checkpoint}`), or leave --checkpoint out to use "
             f"the export as it is")
+    check_made_from(trained.engine, Path(run_dir), _checkpoint_folder(trained, made_from))
     trained.checkpoint = Path(made_from)
     return trained
+
+
+def _checkpoint_folder(trained: TrainedModel, name: str) -> Path:
+    paths = trained.paths
+    return paths.averaged if name == "averaged" else paths.checkpoints / name
 
 
 def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int,
@@ -248,6 +254,8 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
 
     trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported,
                                 no_repeat_ngram)
+    if problem := output_folder_problem(trained.paths.eval_dir):  # before the decoding
+        raise AttncliError(f"{trained.paths.eval_dir}: {problem}; eval writes its scores there")
     config = trained.config
     data_cfg = config.data.model_copy(update={split: data}) if data else config.data
     parallel = load_split(data_cfg, split)
@@ -259,7 +267,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
         task = bar.add_task(f"translating {split} (beam {beam})", total=len(parallel.src))
         result = evaluate_split(
             trained, parallel.src, parallel.tgt, beam,
-            on_truncate=lambda i, length, kept: truncated.append(i),
+            on_truncate=lambda i, length, kept: truncated.append(parallel.rows[i]),
             progress=lambda done: bar.advance(task, done),
         )
     _warn(truncated, config.model.max_positions - SOURCE_MARGIN, parallel.dropped_empty)

@@ -15,6 +15,7 @@ EOS appended and decoding starts from our BOS, as attncli's own search does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attncli.atomic import remove_temp_entries, replaced_folder
+from attncli.atomic import output_folder_problem, remove_temp_entries, replaced_folder
+from attncli.checkpoint import MODEL_FILE
 from attncli.errors import AttncliError
 
 if TYPE_CHECKING:
@@ -149,6 +151,8 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     check_exportable(trained.config)
     target = _export_target(output or trained.paths.root / DEFAULT_FOLDER, trained.paths.root,
                             force)
+    if problem := output_folder_problem(target.parent):  # before the conversion
+        raise AttncliError(f"--output {target}: {problem}")
     spec = build_spec(trained.model, _pieces(trained.tokenizer.src),
                       _pieces(trained.tokenizer.tgt))
     remove_temp_entries(target.parent, f"{target.name}.*", abandoned_only=True)
@@ -156,6 +160,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
         write_spec(spec, staging, quantization)
         (staging / METADATA).write_text(json.dumps({
             "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
+            "weights_sha256": weights_digest(trained.checkpoint),
             "quantization": quantization, "max_positions": trained.config.model.max_positions},
             indent=1))
     print(f"exported {trained.paths.root} ({trained.checkpoint.name}) to {target} "
@@ -196,15 +201,17 @@ def _read_metadata(path: Path) -> dict[str, Any]:
 
 
 class CTranslate2Engine:
-    """Translates with an exported folder: same tokenizer, beam, length penalty, output limits
-    and n-gram blocking as attncli's own search (`search.translate_ids`), hypotheses in its
-    `Hypothesis`."""
+    """Translates with an exported folder: same tokenizer, beam, length penalty and output
+    limits as attncli's own search (`search.translate_ids`), hypotheses in its `Hypothesis`.
+    N-gram blocking bans the same tokens, but CTranslate2 normalises the probabilities again
+    over the tokens left, where attncli (as fairseq) keeps the model's own log-probabilities:
+    with blocking, beam scores, and sometimes the hypothesis ranked first, differ."""
 
     def __init__(self, folder: Path, tokenizer, decode_cfg, threads: int = 0):
         if not (folder / "model.bin").is_file() or not (folder / METADATA).is_file():
             raise AttncliError(f"{folder}: no CTranslate2 model exported by attncli here; make "
                                f"one with `attncli export RUN --to ctranslate2`")
-        self.metadata = _read_metadata(folder / METADATA)
+        self.folder, self.metadata = folder, _read_metadata(folder / METADATA)
         self.translator = open_translator(folder, threads)
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 
@@ -245,6 +252,35 @@ class CTranslate2Engine:
 
         limit = self.metadata["max_positions"] - 1
         return max(1, min(limit, math.floor(self.cfg.max_len_a * src_len + self.cfg.max_len_b)))
+
+
+def weights_digest(checkpoint: Path) -> str:
+    """SHA-256 of a checkpoint folder's weights file: what an export records of the weights it
+    was made from, so that another run's export, or one older than a checkpoint written again
+    (`averaged`), is told apart from a current one."""
+    digest = hashlib.sha256()
+    with open(checkpoint / MODEL_FILE, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) -> None:
+    """Refuse an export whose recorded weights are not those of `checkpoint` (the folder of
+    the checkpoint it names, in `run_dir`). Not checked: exports made before attncli 0.5
+    (nothing recorded), and the run's own export of a checkpoint since pruned."""
+    recorded = engine.metadata.get("weights_sha256")
+    if recorded is None:
+        return
+    own = Path(engine.metadata.get("run", "")).resolve() == Path(run_dir).resolve()
+    if not (checkpoint / MODEL_FILE).is_file() and own:
+        return
+    if not (checkpoint / MODEL_FILE).is_file() or weights_digest(checkpoint) != recorded:
+        raise AttncliError(
+            f"{engine.folder}: this export was made from other weights than {run_dir}'s "
+            f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
+            f"again); export it again: `attncli export {run_dir} --checkpoint "
+            f"{checkpoint.name}`")
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

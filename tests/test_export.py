@@ -69,7 +69,8 @@ def test_a_checkpoint_the_export_was_not_made_from_is_refused(run, data_dir, tmp
     copy = Path(shutil.copytree(run, tmp_path / "copy"))
     metadata = copy / "ctranslate2" / "attncli.json"
     made = json.loads(metadata.read_text())
-    metadata.write_text(json.dumps({**made, "checkpoint": "step-30"}))
+    # the run's own export of a step since pruned: its weights cannot be checked, it is used
+    metadata.write_text(json.dumps({**made, "checkpoint": "step-30", "run": str(copy)}))
     asked = run_cli("eval", str(copy), "--engine", "ctranslate2", "--checkpoint", "step-60",
                     "--beam", "1", data_dir=data_dir)
     assert_one_line_error(asked, "--checkpoint step-60 is step-60, but the CTranslate2 export "
@@ -77,6 +78,27 @@ def test_a_checkpoint_the_export_was_not_made_from_is_refused(run, data_dir, tmp
     plain = run_cli("eval", str(copy), "--engine", "ctranslate2", "--beam", "1", "--json",
                     data_dir=data_dir)
     assert plain.returncode == 0 and json.loads(plain.stdout)["checkpoint"] == "step-30"
+
+
+def test_an_export_of_other_weights_is_refused(run, data_dir, tmp_path):
+    """Another run's export (--exported), or one made before the checkpoint it names was
+    written again, was used as if it were this run's: its weights are recorded and checked."""
+    copy = Path(shutil.copytree(run, tmp_path / "copy"))
+    made = json.loads((copy / "ctranslate2" / "attncli.json").read_text())
+    assert len(made["weights_sha256"]) == 64
+    weights = copy / "checkpoints" / made["checkpoint"] / "model.safetensors"
+    weights.write_bytes(weights.read_bytes().replace(b"model_fingerprint", b"model_fingerprinT"))
+    asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
+                    data_dir=data_dir)
+    assert_one_line_error(asked, f"this export was made from other weights than {copy}'s "
+                                 f"{made['checkpoint']}")
+
+
+def test_an_unwritable_export_folder_is_refused_before_converting(run, tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    assert_one_line_error(run_cli("export", str(run), "--output",
+                                  str(tmp_path / "notes.txt" / "ct2")),
+                          "notes.txt is a file, not a folder")
 
 
 def test_int8_export_translates(run, data_dir, tmp_path):

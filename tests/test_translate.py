@@ -345,6 +345,27 @@ def test_eval_of_other_data_says_what_it_left_out_and_keeps_the_runs_scores(work
     assert json.loads((run_dir / "eval" / "test.json").read_text()) == json.loads(own.stdout)
 
 
+def test_eval_names_the_file_line_of_a_cut_source_and_checks_its_folder_first(workdir,
+                                                                               run_dir,
+                                                                               tmp_path):
+    """Two empty pairs before a 400-word one: the warning said line 2 (its place among the
+    pairs kept), not line 4. An eval folder that cannot be written is said before decoding."""
+    rows = [{"en": "", "de": "x"}, {"en": " ", "de": "x"}, {"en": "A cat.", "de": "Eine."},
+            {"en": "A dog " * 200, "de": "Ein Hund."}, {"en": "A cat.", "de": "Eine."}]
+    data = tmp_path / "cut.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _cli(workdir, "eval", str(run_dir), "--data", str(data), "--beam", "1")
+    assert out.returncode == 0, out.stderr
+    assert "were cut to fit the model (first: line 4)" in out.stderr
+    copy = Path(shutil.copytree(run_dir, tmp_path / "copy"))
+    shutil.rmtree(copy / "eval", ignore_errors=True)
+    (copy / "eval").write_text("not a folder")
+    out = _cli(workdir, "eval", str(copy), "--data", str(data), "--beam", "1")
+    assert out.returncode == 2 and _error_lines(out.stderr) == [
+        f"error: {copy / 'eval'}: {copy / 'eval'} is a file, not a folder; eval writes its "
+        "scores there"]
+
+
 def test_no_repeat_ngram_option_reaches_eval_and_translate(workdir, run_dir, tmp_path):
     """The random run repeats subwords; `--no-repeat-ngram 1` (no subword twice) changes its
     outputs, eval reports the size it decoded with, and translate decodes as eval does."""
