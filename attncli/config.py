@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -32,9 +32,19 @@ LARGEST_AUTO_PAD_MULTIPLE = 8
 
 
 class _Section(BaseModel):
-    """Base for every section: unknown keys are errors, assignments are validated."""
+    """Base for every section: unknown keys are errors, assignments are validated, and a
+    number is never true/false (pydantic reads `max_steps: true` as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        annotation = cls.model_fields[info.field_name].annotation
+        numeric = {int, float} & {annotation, *get_args(annotation)}
+        if isinstance(value, bool) and numeric and bool not in get_args(annotation):
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
 
 
 class DataConfig(_Section):
@@ -76,7 +86,8 @@ class TokenizerConfig(_Section):
                             description="Subword vocabulary size (per model).")
     joint: bool = Field(True, description="One model for source and target (allows tying).")
     character_coverage: float = Field(
-        1.0, gt=0.0, le=1.0, description="Share of characters covered (0.9995 for zh/ja)."
+        1.0, ge=0.98, le=1.0,  # SentencePiece refuses less, but only after reading the data
+        description="Share of characters covered (0.9995 for zh/ja)."
     )
     model_file: str | None = Field(
         None, description="Use this trained joint SentencePiece model instead of training one."

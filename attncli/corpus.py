@@ -33,7 +33,13 @@ from attncli.runs import RunPaths, check_writable
 from attncli.subword_sampling import check_samplable
 from attncli.token_cache import Log, first_rows, tokenized_split
 from attncli.token_table import TokenizedSplit
-from attncli.tokenizer import install_models, model_file_bytes, run_models, train_models
+from attncli.tokenizer import (
+    install_models,
+    model_file_bytes,
+    run_models,
+    tokenizer_from_bytes,
+    train_models,
+)
 
 # The tokenizer's sample does not depend on train.seed, so runs that differ only in their seed
 # share one tokenizer and one token cache.
@@ -153,11 +159,23 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     write_entry(folder, lambda staging: install_models(models, RunPaths(staging)),
                 intact=lambda entry: _models_readable(entry, cfg.joint))
     models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
-    log(f"tokenizer: trained {cfg.type} ({cfg.vocab_size:,} pieces) on "
+    log(f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
         f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
         f"{cfg.sample_bytes:,} bytes) in "
         f"{time.perf_counter() - started:.1f} s -> {folder}")
     return models
+
+
+def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:
+    """The piece count the model(s) got: SentencePiece stops short of tokenizer.vocab_size
+    where the text has fewer pieces to give (a soft limit), which the log must not hide."""
+    tokenizer = tokenizer_from_bytes(models)
+    sizes = sorted({tokenizer.src.get_piece_size(), tokenizer.tgt.get_piece_size()})
+    got = " and ".join(f"{n:,}" for n in sizes)
+    if max(sizes) < asked:
+        return (f"{got} pieces: fewer than tokenizer.vocab_size={asked:,}, all this text "
+                f"gives")
+    return f"{got} pieces"
 
 
 # -- everything a training run reads -----------------------------------------------------------

@@ -54,6 +54,19 @@ def test_norwegian_and_empty_sections_read_as_meant(tmp_path):
     assert config.tokenizer.joint is True and config.train.compile is True
 
 
+def test_numbers_are_read_as_yaml_1_2_and_never_from_true_or_false(tmp_path):
+    """`--set train.max_steps=010` trained 8 steps (YAML 1.1's octal) and `=true` 1 step."""
+    path = _write(tmp_path, "train:\n  max_steps: 010\n  batch_tokens: 0x800\n")
+    config = load_config(path, ["train.eval_every=0o20", "train.save_every=1_000"])
+    assert (config.train.max_steps, config.train.batch_tokens) == (10, 2048)
+    assert (config.train.eval_every, config.train.save_every) == (16, 1000)
+    for bad in ("train.max_steps=true", "model.dropout=false", "train.max_minutes=1:30"):
+        with pytest.raises(AttncliError):
+            load_config(path, [bad])
+    with pytest.raises(AttncliError, match="character_coverage: Input should be greater"):
+        load_config(path, ["tokenizer.character_coverage=0.95"])  # SentencePiece's floor
+
+
 def test_all_shipped_configs_validate():
     for path in sorted((REPO / "configs").glob("*.yaml")):
         load_config(path)

@@ -63,3 +63,18 @@ def test_short_and_long_lists_encode_alike(tmp_path, monkeypatch):
     assert one_by_one == pooled
     assert [tokenizer.encode_src([text])[0] for text in texts[:5]] == pooled[:5]
     assert all(ids[-1] == tokenizer.eos_id for ids in pooled)
+
+
+def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
+    """vocab_size is a soft limit in SentencePiece: 8,000 asked of this text gives far fewer,
+    and the log said 8,000."""
+    from attncli.corpus import _pieces_said
+    from attncli.tokenizer import tokenizer_from_bytes, train_models
+
+    texts = {"src": EN, "tgt": ZH}
+    models = train_models(TokenizerConfig(vocab_size=8000), texts.__getitem__, ("en", "zh"))
+    got = tokenizer_from_bytes(models).src.get_piece_size()
+    assert got < 8000
+    assert _pieces_said(models, 8000) == (f"{got:,} pieces: fewer than "
+                                          "tokenizer.vocab_size=8,000, all this text gives")
+    assert _pieces_said(models, got) == f"{got:,} pieces"
