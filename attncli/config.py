@@ -53,7 +53,8 @@ class DataConfig(_Section):
         None, description="The Hub's configuration name, e.g. de-en for wmt14 (null: none).")
     src: str = Field("en", description="Source language key.")
     tgt: str = Field("de", description="Target language key.")
-    max_len: int = Field(100, ge=1, description="Pairs longer than this (subwords) are dropped.")
+    max_len: int = Field(100, ge=1, description="Pairs with a side longer than this, in "
+                         "tokens with its EOS (BOS on the target input), are dropped.")
     train_limit: int | None = Field(
         None, ge=1, description="Use only the first N training pairs (quick experiments)."
     )
@@ -71,7 +72,8 @@ class DataConfig(_Section):
         None, description="Where tokenized splits and tokenizers are cached (null: "
                           "$ATTNCLI_CACHE_DIR, else ~/.cache/attncli).")
     num_proc: int | None = Field(
-        None, ge=1, description="Processes that tokenize a split (null: every CPU core).")
+        None, ge=1, description="Processes that tokenize a split (null: every CPU core), "
+                                "at most one per 50,000 rows.")
 
     @model_validator(mode="after")
     def _two_languages(self) -> DataConfig:

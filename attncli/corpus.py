@@ -223,5 +223,5 @@ def prepare_command(config: Config) -> None:
     """`attncli prepare`: the data cache for `config`, each step printed as it finishes."""
     data = prepare_training_data(config, lambda line: print(line, flush=True))
     print(f"ready: {len(data.train):,} training pairs ({data.train.dropped_empty:,} empty and "
-          f"{data.train.dropped_long:,} longer than {config.data.max_len} subwords left out), "
+          f"{data.train.dropped_long:,} over {config.data.max_len} tokens with EOS left out), "
           f"{len(data.val):,} validation pairs")

@@ -87,7 +87,7 @@ def banner(reporter, trainer, data) -> None:
     share = padding_share(batches, corpus.src_lens, corpus.tgt_lens, multiple)
     reporter.line(
         f"data {data.name}: {len(corpus):,} training pairs ({corpus.dropped_empty} empty and "
-        f"{corpus.dropped_long} longer than {trainer.config.data.max_len} subwords dropped); "
+        f"{corpus.dropped_long} over {trainer.config.data.max_len} tokens with EOS dropped); "
         f"{len(batches)} batches per epoch, {share:.1%} padding (lengths rounded up to "
         f"multiples of {multiple}); {trainer.feed.workers} batch worker(s)")
     reporter.set_total(planned_updates(trainer.cfg, len(batches)))
