@@ -106,7 +106,7 @@ def train(
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
         from attncli.config import check_process_shares
 
-        check_process_shares(checked.train, nproc)
+        check_process_shares(checked.train, nproc, resumed is not None)
         from attncli.distributed import launch
 
         launch(nproc, sys.argv[1:], device)  # each process comes back here, with LOCAL_RANK set

@@ -373,9 +373,16 @@ def save_config(config: Config, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True))
 
 
-def check_process_shares(train: TrainConfig, processes: int) -> None:
+def check_process_shares(train: TrainConfig, processes: int, resuming: bool = False) -> None:
     """An update's batches must split evenly between the training processes, so the tokens per
-    update stay what the config says whatever their number."""
+    update stay what the config says whatever their number. A resumed run cannot change
+    accum_steps (its saved data position counts those batches): only the process count can."""
+    if train.accum_steps % processes and resuming:
+        counts = [n for n in range(1, train.accum_steps + 1) if train.accum_steps % n == 0]
+        raise AttncliError(
+            f"{processes} processes: this run's updates are train.accum_steps="
+            f"{train.accum_steps} batches, shared between the processes, and accum_steps cannot "
+            f"change when resuming; resume it with --nproc {' or '.join(map(str, counts))}")
     if train.accum_steps % processes:
         raise AttncliError(
             f"train.accum_steps={train.accum_steps} with {processes} processes: an update is "

@@ -24,6 +24,7 @@ from helpers import (
     metrics,
     pointers,
     resume,
+    run_cli,
     train,
     train_args,
 )
@@ -170,6 +171,19 @@ def test_accum_steps_must_split_between_the_processes(data_dir, tmp_path):
     result = train(data_dir, tmp_path, SMALL, "--nproc", "2", sets=["train.accum_steps=3"])
     assert_one_line_error(result, "accum_steps must be a multiple of 2")
     assert not any(tmp_path.iterdir())  # no run folder
+
+
+def test_a_resume_on_processes_that_cannot_share_its_updates_names_those_that_can(data_dir,
+                                                                                 tmp_path):
+    """The advice was to change accum_steps, which a resume refuses next."""
+    run = tmp_path / "three"
+    assert train(data_dir, tmp_path, SMALL, "--name", "three",
+                 sets=["train.max_steps=2", "train.accum_steps=3"]).returncode == 0
+    result = run_cli("train", "--resume", str(run), "--nproc", "2", "--set",
+                     "train.max_steps=4", data_dir=data_dir)
+    assert_one_line_error(result, "2 processes: this run's updates are train.accum_steps=3 "
+                                  "batches, shared between the processes, and accum_steps "
+                                  "cannot change when resuming; resume it with --nproc 1 or 3")
 
 
 def test_bad_data_under_two_processes_is_one_line(tmp_path):

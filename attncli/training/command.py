@@ -52,7 +52,7 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
     """The run; the exit code when a signal stopped it."""
     set_threads(config.train.threads)
     allow_tf32(device)
-    check_process_shares(config.train, world.size)
+    check_process_shares(config.train, world.size, resumed is not None)
     from_step_0 = resumed is None or never_saved(resumed)
     earlier: list[str] = []
 
