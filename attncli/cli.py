@@ -88,7 +88,8 @@ def train(
     name: str | None = typer.Option(
         None, "--name", help="Run folder name under --runs-dir (default: config name + time)."
     ),
-    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
+    runs_dir: Path | None = typer.Option(None, "--runs-dir",
+                                         help="Where run folders go (default: runs)."),
     device: str = DEVICE_OPTION,
     resume: Path | None = typer.Option(
         None, "--resume", help="Continue the run in this folder from its last checkpoint."
@@ -102,6 +103,9 @@ def train(
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
     from attncli.runs import training_config
 
+    if resume is not None and (name is not None or runs_dir is not None):
+        raise AttncliError(f"--resume {resume} continues that run in its own folder: "
+                           f"--name and --runs-dir are for a new run")
     checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
         from attncli.config import check_process_shares
@@ -113,7 +117,7 @@ def train(
         return
     from attncli.training.command import train_command
 
-    train_command(checked, resumed, config, name, runs_dir, device)
+    train_command(checked, resumed, config, name, runs_dir or Path("runs"), device)
 
 
 @app.command()

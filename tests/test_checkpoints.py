@@ -301,6 +301,14 @@ def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
     assert "validation changed" not in (plain / "train.log").read_text()
 
 
+@pytest.mark.parametrize("flag", [["--name", "other"], ["--runs-dir", "elsewhere"]])
+def test_a_resume_refuses_the_new_run_flags_it_would_ignore(runs, data_dir, flag):
+    run = _copy(runs, f"flags{flag[0]}")
+    result = run_cli("train", "--resume", str(run), *flag, data_dir=data_dir)
+    assert_one_line_error(result, f"--resume {run} continues that run in its own folder: "
+                                  "--name and --runs-dir are for a new run")
+
+
 def test_a_crash_after_the_rescore_still_rescores_at_the_next_resume(runs, data_dir,
                                                                       monkeypatch):
     """The rescored best lives in memory until the next save, while config.yaml already holds
