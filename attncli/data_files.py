@@ -161,6 +161,27 @@ def _language_columns(ds, source: Path, src: str, tgt: str):
     for lang in (src, tgt):
         kind = getattr(ds.features[prefix + lang], "dtype", "a structure")
         if kind not in ("string", "large_string", "null"):
-            raise AttncliError(f"{source}: the {lang!r} values are {kind}, not text")
+            where = _first_non_text_line(source, lang) if source.suffix == ".jsonl" else None
+            raise AttncliError(f"{source}{f', line {where}' if where else ''}: the {lang!r} "
+                               f"values are {kind}, not text")
     ds = ds.select_columns([prefix + src, prefix + tgt])
     return ds.rename_columns({prefix + src: "src", prefix + tgt: "tgt"})
+
+
+def _first_non_text_line(source: Path, lang: str) -> int | None:
+    """The first line of a JSON Lines file whose `lang` value (flat, or in its `translation`)
+    is not a string, for the error that names it (the reader only says the column's type)."""
+    with source.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict):
+                continue
+            nested = row.get("translation")
+            value = row.get(lang, nested.get(lang) if isinstance(nested, dict) else None)
+            if value is not None and not isinstance(value, str):
+                return number
+    return None
+

@@ -51,10 +51,12 @@ def test_a_single_file_has_no_val_split_of_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("train_text, message", [
-    ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', "line 2: not JSON"),
-    ('{"en": "A dog.", "de": "Ein Hund."}\n"hello"\n', "line 2: not a JSON object (str)"),
-    ("", "the file is empty"),
-    ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', "the 'en' values are int64, not text"),
+    ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', ": line 2: not JSON"),
+    ('{"en": "A dog.", "de": "Ein Hund."}\n"hello"\n', ": line 2: not a JSON object (str)"),
+    ("", ": the file is empty"),
+    ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', ", line 1: the 'en' values are int64, not text"),
+    ('{"en": "A", "de": "B"}\n{"en": "C", "de": "D"}\n{"en": "E", "de": 5}\n',
+     ", line 3: the 'de' values are a structure, not text"),
 ])
 def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp_path,
                                                                     train_text, message):
@@ -67,7 +69,7 @@ def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp
                                                 .read_bytes())
     (folder / "train.jsonl").write_text(train_text, "utf-8")
     result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.dataset={folder}"])
-    assert_one_line_error(result, f"{folder / 'train.jsonl'}: {message}")
+    assert_one_line_error(result, f"{folder / 'train.jsonl'}{message}")
 
 
 def test_a_tsv_row_with_a_tab_too_many_is_one_line_naming_the_file(tmp_path):
