@@ -130,16 +130,36 @@ class _AttentionView:
         title = f"{item.label}: cross-attention, decoder layer {self.layer}"
         if self.console is not None:
             shown = weights.mean(0) if self.head is None else weights[self.head]  # (tgt, src)
-            table = attention_table(shown.tolist(), src, tgt, f"{title}, {which}")
-            if not self.console.is_terminal:  # a pipe: as wide as the table needs
-                needed = max(map(len, tgt)) + 1 + sum(max(len(p), 3) + 1 for p in src)
-                self.console.width = max(80, needed)
-            self.console.print(table)
+            self._print_table(shown.tolist(), src, tgt, f"{title}, {which}")
         if self.png is not None:
             path = self.png if self.single else self.png.with_name(
                 f"{self.png.stem}-{item.number}{self.png.suffix}")
             plot_attention(weights.numpy(), src, tgt, path, title)
             print(f"attention heatmap saved to {path}", file=sys.stderr)
+
+
+    def _print_table(self, shown: list[list[float]], src: list[str], tgt: list[str],
+                     title: str) -> None:
+        """A pipe gets the table as wide as it needs; a terminal gets it in blocks of source
+        columns that fit (squeezed to its width, rich cut labels short and dropped the last
+        columns, `</s>` among them, without a word)."""
+        label = max(map(len, tgt)) + 1
+        widths = [max(len(p), 3) + 1 for p in src]
+        if not self.console.is_terminal:
+            self.console.width = max(80, label + sum(widths))
+        blocks, start, used = [], 0, label
+        for i, width in enumerate(widths):
+            if used + width > self.console.width and i > start:
+                blocks.append(range(start, i))
+                start, used = i, label
+            used += width
+        blocks.append(range(start, len(src)))
+        for block in blocks:
+            part = (f" (source pieces {block.start + 1}-{block.stop} of {len(src)})"
+                    if len(blocks) > 1 else "")
+            self.console.print(attention_table([row[block.start:block.stop] for row in shown],
+                                                src[block.start:block.stop], tgt,
+                                                title + part))
 
 
 def _open_inputs(texts: Sequence[str], input_file: Path | None,

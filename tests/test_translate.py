@@ -416,3 +416,21 @@ def test_long_sources_are_cut_to_the_positions_and_end_in_eos(run_dir):
                          lambda i, n, kept: cut.append((i, n, kept)))
     assert len(ids[1]) == 24 and ids[1][-1] == EOS_ID and ids[0][-1] == EOS_ID
     assert [c[0] for c in cut] == [1] and cut[0][2] == 24
+
+
+def test_a_wide_heatmap_in_a_terminal_comes_in_blocks_that_keep_every_column():
+    """Squeezed to the terminal's width, the table cut its labels short and dropped its last
+    columns (`</s>` among them) without a word."""
+    from rich.console import Console
+
+    from attncli.translate import _AttentionView
+
+    src = [f"▁word{i}" for i in range(20)] + ["</s>"]
+    tgt = ["▁Ein", "▁Wort", "</s>"]
+    view = _AttentionView.__new__(_AttentionView)
+    view.console = Console(force_terminal=True, width=60, record=True, color_system=None)
+    view._print_table([[1 / len(src)] * len(src)] * len(tgt), src, tgt, "attention")
+    text = view.console.export_text()
+    assert all(piece in text for piece in src) and "…" not in text
+    assert "(source pieces 1-" in text and f"of {len(src)})" in text
+    assert max(map(len, text.splitlines())) <= 60
