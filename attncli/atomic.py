@@ -106,13 +106,13 @@ def output_file_problem(path: Path) -> str | None:
     """Why a file could not be written at `path` (None if it can be tried): checked before a
     command's work, so that work is not lost to a name that was never usable. Where the
     folder exists, a temp file is made there and removed, as the write will."""
-    path = _write_target(Path(path))
-    if _is_special(path):
-        return None if os.access(path, os.W_OK) else "cannot be written (permission denied)"
     try:
+        path = _write_target(Path(path))
         is_folder = path.is_dir()
     except OSError as err:  # e.g. a name longer than the file system takes
         return (err.strerror or str(err)).lower()
+    if _is_special(path):
+        return None if os.access(path, os.W_OK) else "cannot be written (permission denied)"
     if is_folder:
         return "is a folder; give a file name"
     if path.parent.is_dir():

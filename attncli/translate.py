@@ -9,6 +9,7 @@ names that could never be written are refused before the model loads once per in
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import itertools
 import json
@@ -59,9 +60,15 @@ def _from_arguments(texts: Sequence[str]) -> Iterator[_Input]:
 
 
 def _from_lines(stream: BinaryIO, prefix: str) -> Iterator[_Input]:
-    """Decode each line on its own, so one bad byte costs one line, not the whole input."""
+    """Decode each line on its own, so one bad byte costs one line, not the whole input; an
+    input that starts with a UTF-16 byte-order mark is refused whole (split at its newline
+    bytes, its lines would each be one more bad line than the file has)."""
     for number, raw in enumerate(stream, 1):
         label = f"{prefix}line {number}"
+        if number == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            where = prefix.strip() or "the input"
+            raise AttncliError(f"{where}: UTF-16 (it starts with its byte-order mark); attncli "
+                               f"reads UTF-8: convert it first, e.g. iconv -f UTF-16 -t UTF-8")
         try:
             text = raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
         except UnicodeDecodeError as err:

@@ -155,10 +155,15 @@ def test_output_lines_stay_aligned_with_input_lines(workdir, run_dir, tmp_path):
     assert lines[0] and lines[3] and lines[1] == lines[2] == ""
     assert _error_lines(out.stderr)[-1] == ("error: 2 of 4 inputs could not be translated "
                                             "(see above) (their output lines are left empty)")
-    source.write_bytes("A man.\nTwo dogs.\n".encode("utf-16"))
+    source.write_bytes("A man.\nTwo dogs.\n".encode("utf-16-le"))  # no byte-order mark
     out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source))
     assert "a NUL byte (is it UTF-16? attncli reads UTF-8)" in out.stderr
-    assert out.returncode == 2 and out.stdout.splitlines() == ["", "", ""]
+    assert out.returncode == 2 and len(out.stdout.splitlines()) == 3
+    source.write_bytes("A man.\nTwo dogs.\n".encode("utf-16"))  # with one: refused whole
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source))
+    assert out.returncode == 2 and out.stdout == "" and _error_lines(out.stderr) == [
+        f"error: {source}: UTF-16 (it starts with its byte-order mark); attncli reads UTF-8: "
+        "convert it first, e.g. iconv -f UTF-16 -t UTF-8"]
 
 
 @pytest.mark.parametrize(("option", "name", "message"), [
