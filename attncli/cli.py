@@ -103,10 +103,10 @@ def train(
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
     from attncli.runs import training_config
 
+    checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if resume is not None and (name is not None or runs_dir is not None):
         raise AttncliError(f"--resume {resume} continues that run in its own folder: "
                            f"--name and --runs-dir are for a new run")
-    checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
         from attncli.config import check_process_shares
 

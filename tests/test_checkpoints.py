@@ -304,7 +304,8 @@ def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
 @pytest.mark.parametrize("flag", [["--name", "other"], ["--runs-dir", "elsewhere"]])
 def test_a_resume_refuses_the_new_run_flags_it_would_ignore(runs, data_dir, flag):
     run = _copy(runs, f"flags{flag[0]}")
-    result = run_cli("train", "--resume", str(run), *flag, data_dir=data_dir)
+    result = run_cli("train", "--resume", str(run), "--set", "train.max_steps=9", *flag,
+                     data_dir=data_dir)
     assert_one_line_error(result, f"--resume {run} continues that run in its own folder: "
                                   "--name and --runs-dir are for a new run")
 

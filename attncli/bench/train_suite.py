@@ -79,10 +79,8 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
              for b in batches}
     peak_flops, peak_source = peak
     rows = []
-    models = [("attncli Seq2SeqTransformer", Seq2SeqTransformer)]
-    if not (peer_skipped := _peer_problem(cfg)):
-        models.append(("torch.nn.Transformer peer", TorchTransformerPeer))
-    for name, build in models:
+    peer_skipped = _peer_problem(cfg)
+    for name, build in _timed_models(peer_skipped):
         torch.manual_seed(cfg.train.seed)
         model = build(cfg.model, vocab, vocab, PAD_ID).to(device)
         seen: list[Batch] = []
@@ -122,6 +120,13 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
                            else rows[0]["tgt_tokens_per_s"] / rows[1]["tgt_tokens_per_s"]),
         "peer_skipped": peer_skipped,
     }
+
+
+def _timed_models(peer_skipped: str | None) -> list[tuple[str, type]]:
+    models: list[tuple[str, type]] = [("attncli Seq2SeqTransformer", Seq2SeqTransformer)]
+    if not peer_skipped:
+        models.append(("torch.nn.Transformer peer", TorchTransformerPeer))
+    return models
 
 
 def _peer_problem(cfg: Config) -> str | None:
