@@ -10,20 +10,18 @@ scoring reproduces validation's BLEU for the best checkpoint.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import SMALL, assert_one_line_error, metrics, pointers, resume, run_cli, train
 from safetensors.torch import load_file
+from test_signal_stops import signal_during_validation
 
 from attncli.checkpoint import MODEL_FILE
 from attncli.checkpoint_state import read_tensors
 from attncli.training import averaging
-from attncli.training.trainer import Trainer
 from attncli.training.validate import ValScores
 
 SAVES = ["train.max_steps=6", "train.save_every=2", "train.average_last=3"]
@@ -122,14 +120,7 @@ def test_a_signal_while_the_run_ends_is_held_until_it_has_ended(data_dir, tmp_pa
                                                                 monkeypatch):
     """SIGTERM at the start of the final validation: validation, the save and the averaging
     still happen, and the run exits 0, whole (before, the signal killed it there)."""
-    real = Trainer.validate
-
-    def signalled_validate(trainer: Trainer) -> bool:
-        if trainer.state.step == 6:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(trainer)
-
-    monkeypatch.setattr(Trainer, "validate", signalled_validate)
+    signal_during_validation(monkeypatch, 6)
     monkeypatch.setattr(averaging, "score_weights", _scored(lambda t: t.state.best_bleu + 5))
     result = train(data_dir, tmp_path, SMALL, "--name", "held", sets=SAVES)
     assert result.returncode == 0, result.stderr

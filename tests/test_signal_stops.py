@@ -40,6 +40,19 @@ def _signal_during_update(monkeypatch, step: int, sig: int = signal.SIGTERM) -> 
     monkeypatch.setattr(Trainer, "run", run)
 
 
+def signal_during_validation(monkeypatch, step: int, times: int = 1) -> None:
+    """Send SIGTERM `times` times as the validation of `step` starts."""
+    real = Trainer.validate
+
+    def signalled_validate(trainer: Trainer) -> bool:
+        if trainer.state.step == step:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGTERM)
+        return real(trainer)
+
+    monkeypatch.setattr(Trainer, "validate", signalled_validate)
+
+
 def test_a_signal_in_the_last_update_lets_the_run_end_whole(data_dir, tmp_path, monkeypatch):
     _signal_during_update(monkeypatch, 6)
     result = train(data_dir, tmp_path, SMALL, "--name", "end", sets=SETS)
@@ -66,14 +79,7 @@ def test_a_signal_in_an_update_due_for_validation_validates_it_first(data_dir, t
 
 def test_a_signal_during_validation_stops_before_another_update(data_dir, tmp_path,
                                                                 monkeypatch):
-    real = Trainer.validate
-
-    def signalled_validate(trainer: Trainer) -> bool:
-        if trainer.state.step == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(trainer)
-
-    monkeypatch.setattr(Trainer, "validate", signalled_validate)
+    signal_during_validation(monkeypatch, 2)
     result = train(data_dir, tmp_path, SMALL, "--name", "during", sets=SETS)
     assert result.returncode == 143, result.stderr
     run = tmp_path / "during"
@@ -103,15 +109,7 @@ def test_scoring_saved_weights_leaves_the_runs_random_numbers_alone(data_dir, tm
 
 
 def test_a_second_sigterm_stops_at_once_with_143_and_says_so(data_dir, tmp_path, monkeypatch):
-    real = Trainer.validate
-
-    def twice_signalled_validate(trainer: Trainer) -> bool:
-        if trainer.state.step == 4:
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(trainer)
-
-    monkeypatch.setattr(Trainer, "validate", twice_signalled_validate)
+    signal_during_validation(monkeypatch, 4, times=2)
     result = train(data_dir, tmp_path, SMALL, "--name", "twice", sets=SETS)
     assert result.returncode == 143
     assert "a second SIGTERM: stopped at once" in result.stderr
