@@ -294,12 +294,36 @@ def main() -> None:
 
     keep_freed_memory()
     try:
-        # Standalone mode lets click/typer turn usage errors into exit 2 themselves, which
-        # holds whether typer uses click or its own vendored copy of it.
-        app()
+        code = app(standalone_mode=False)  # usage errors come here, said in one line below
+    except _USAGE_ERROR as err:
+        sys.exit(_usage_error(err))
+    except _CLICK_ERROR as err:
+        print(f"error: {err.format_message()}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
     except AttncliError as err:
         sys.exit(report(err))
     except Exception as err:  # a real bug: one line unless asked for the traceback
         if os.environ.get("ATTNCLI_DEBUG"):
             raise
         sys.exit(report(err))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+# The click that typer runs on (its own copy in newer typers): its usage and other errors.
+_USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def _usage_error(err: Exception) -> int:
+    """A usage error as one line on stderr (click draws a box of several), naming the help to
+    read; `attncli COMMAND` alone shows that command's help, as before."""
+    if type(err).__name__ == "NoArgsIsHelpError":
+        err.show()
+        return err.exit_code
+    where = f"{err.ctx.command_path} -h" if err.ctx is not None else "attncli -h"
+    print(f"error: {err.format_message()} (see {where})", file=sys.stderr)
+    return err.exit_code
+
