@@ -176,9 +176,10 @@ def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest
 
 def decode_precision(trained: TrainedModel) -> str:
     """The precision eval and translate decode in (see ``device.resolve_decode_precision``);
-    with CTranslate2, the exported weights' type."""
+    with CTranslate2, the type it computes in (float16 weights compute in float32 on a CPU
+    without float16 kernels: the stored type would not say what ran)."""
     if trained.engine is not None:
-        return trained.engine.metadata["quantization"]
+        return trained.engine.translator.compute_type
     return resolve_decode_precision(trained.config.train.precision, trained.device)
 
 
