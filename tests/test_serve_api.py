@@ -168,6 +168,7 @@ BAD = {
     "alternatives a superscript": ("/translate", {"q": "hi", "source": "en", "target": "de",
                                                   "alternatives": "\u00b2"}, 400,
                                    "must be an integer"),
+    "a NUL character": ("/v1/translate", {"text": ["a\u0000b"]}, 400, "a NUL character"),
     "alternatives of 5,000 digits": ("/translate", {"q": "hi", "source": "en", "target": "de",
                                                     "alternatives": "9" * 5000}, 400,
                                      "(5000 digits) is out of range"),
@@ -209,6 +210,19 @@ def test_other_origins_are_refused_unless_named(server):
     assert server.request("/v1/translate", body, headers={**AUTH, "Origin": own}).status == 200
 
 
+def test_a_name_rebound_to_loopback_is_refused(server):
+    """DNS rebinding: a page at rebind.example, its name pointed at 127.0.0.1, sends its own
+    name as Host and its own origin, which passed the origin check."""
+    port = server.url.rstrip("/").rsplit(":", 1)[1]
+    site = f"rebind.example:{port}"
+    refused = server.request("/v1/translate", {"text": ["hi"]},
+                             headers={**AUTH, "Host": site, "Origin": f"http://{site}"})
+    _one_line_error(refused, 403, "Host rebind.example refused: this server on loopback "
+                                  "answers to 127.0.0.1, [::1], localhost only")
+    local = server.request("/health", headers={"Host": f"localhost:{port}"})
+    assert local.status == 200
+
+
 def test_unknown_paths_and_methods_are_json(server):
     _one_line_error(server.request("/nope"), 404, "Not Found")
     _one_line_error(server.request("/translate"), 405, "Method Not Allowed")
@@ -219,3 +233,5 @@ def test_the_page_is_served_with_a_strict_policy(server):
     assert page.status == 200 and b'<script src="/static/app.js"' in page.body
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert server.request("/static/app.js").status == 200
+    same_page = server.request("/static/index.html")  # the page again: with its policy too
+    assert "frame-ancestors 'none'" in same_page.headers["content-security-policy"]

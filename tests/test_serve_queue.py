@@ -127,7 +127,8 @@ class FakeTranslator:
 
 
 async def _call(app, method: str, path: str, body: dict | None = None,
-                gone_after: float = 60, stalled: bool = False):
+                gone_after: float = 60, stalled: bool = False,
+                headers: list[tuple[bytes, bytes]] = ()):
     """One request through the ASGI app: (status, headers, JSON body); the client disconnects
     `gone_after` seconds after sending it (`stalled`: after the body's first part)."""
     data = json.dumps(body).encode() if body is not None else b""
@@ -135,7 +136,8 @@ async def _call(app, method: str, path: str, body: dict | None = None,
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
              "server": ("test", 80), "headers": [(b"host", b"test"),
-                                                 (b"content-type", b"application/json")]}
+                                                 (b"content-type", b"application/json"),
+                                                 *headers]}
     messages = [{"type": "http.request", "body": data, "more_body": stalled}]
 
     async def receive():
@@ -239,6 +241,16 @@ def test_a_body_that_stops_arriving_is_a_408_within_the_timeout():
     assert time.monotonic() - started < 5
 
 
+def test_a_client_gone_mid_body_is_a_499_not_a_server_error(caplog):
+    app, batcher = _app(Gate(), timeout=5)
+    with caplog.at_level("INFO", logger="uvicorn.error"):
+        gone = asyncio.run(_call(app, "POST", "/translate", LT, stalled=True, gone_after=0.05))
+    batcher.stop(5)
+    assert gone[0] == 499 and "went away" in gone[2]["error"]  # was a 500 and an ERROR line
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "499 the client went away while sending its request" in caplog.records[0].message
+
+
 def test_a_failing_decoder_is_a_500_in_one_line_and_the_next_request_is_served():
     gate = Gate(fail=True)
     app, batcher = _app(gate)
@@ -247,3 +259,23 @@ def test_a_failing_decoder_is_a_500_in_one_line_and_the_next_request_is_served()
     gate.fail = False
     assert asyncio.run(_call(app, "POST", "/translate", LT))[0] == 200
     batcher.stop(5)
+
+
+def test_a_key_beyond_ascii_works_as_a_bearer_token_too():
+    """The header arrives as latin-1 text: 'clé' sent as UTF-8 bytes was compared as 'clÃ©'."""
+    batcher = Batcher(_app_run_batch, 10, batch_sentences=1, batch_tokens=1000, wait_s=0)
+    batcher.start()
+    app = build_app(FakeTranslator(), batcher, ServeOptions(Limits(), api_key="clé"))
+    body = {"q": "hi", "source": "en", "target": "de"}
+    bearer = [(b"authorization", "Bearer clé".encode())]
+    status, _, answer = asyncio.run(_call(app, "POST", "/translate", body, headers=bearer))
+    assert status == 200, answer
+    status, _, _ = asyncio.run(_call(app, "POST", "/translate", body,
+                                     headers=[(b"authorization", b"Bearer cle")]))
+    assert status == 403
+    batcher.stop(5)
+
+
+def _app_run_batch(settings, works, deliver, join=None):
+    return [[Translation([Hypothesis([7], -0.5, -0.5)]) for _ in w.src_ids] for w in works]
+

@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -64,6 +64,7 @@ class ServeOptions:
     api_key: str | None = None
     cors_origins: list[str] = field(default_factory=list)
     timeout: float = 30.0  # seconds a request may wait for its translation
+    hosts: list[str] | None = None  # the Host names answered (None: any; see OriginGuard)
 
 
 def _error(err: RequestError) -> JSONResponse:
@@ -82,6 +83,8 @@ def _answers_in_json(handler: Handler) -> Handler:
         try:
             return await handler(self, request)
         except RequestError as err:
+            if err.status == 499:  # uvicorn logs no response to a closed connection
+                log.info("%s %s: 499 %s", request.method, request.url.path, err.message)
             return _error(err)
         except Exception as err:  # a bug: one line, no traceback, and the server goes on
             log.error("%s %s: %s: %s", request.method, request.url.path, type(err).__name__, err)
@@ -103,11 +106,14 @@ async def _body(request: Request, limit: int) -> bytes:
     if length is not None and (not length.isdigit() or int(length) > limit):
         raise RequestError(413, f"the body is over {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"the body is over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"the body is over {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone mid-body: not a server error
+        raise RequestError(499, "the client went away while sending its request") from None
     return b"".join(chunks)
 
 
@@ -119,12 +125,16 @@ class OriginGuard:
     other sites from spending this server's time, not just from reading its answers.
     """
 
-    def __init__(self, app, allowed: list[str]):
+    def __init__(self, app, allowed: list[str], hosts: list[str] | None = None):
         self.app, self.allowed = app, set(allowed)
+        self.hosts = None if hosts is None else {h.lower() for h in hosts}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
+            if problem := self._host_problem(headers.get(b"host")):
+                await JSONResponse({"error": problem}, 403)(scope, receive, send)
+                return
             origin = headers.get(b"origin", b"").decode("latin-1").lower()
             own = f"{scope.get('scheme', 'http')}://{headers.get(b'host', b'').decode('latin-1')}"
             if origin and origin != own.lower() and origin not in self.allowed:
@@ -133,6 +143,29 @@ class OriginGuard:
                                    403)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _host_problem(self, host: bytes | None) -> str | None:
+        """A server on loopback answers only to loopback names: a page whose own name was
+        made to point at 127.0.0.1 (DNS rebinding) sends its own name as Host and its own
+        origin, which the origin check alone would take for this server's."""
+        if self.hosts is None or host is None:
+            return None
+        name = host.decode("latin-1").lower()
+        name = name.rsplit(":", 1)[0] if not name.endswith("]") else name
+        if name in self.hosts:
+            return None
+        return (f"Host {name} refused: this server on loopback answers to "
+                f"{', '.join(sorted(self.hosts))} only")
+
+
+class _PageFiles(StaticFiles):
+    """The page's files, with the page's headers (index.html is among them, and without
+    them could be framed or run without its content policy)."""
+
+    async def get_response(self, path: str, scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(PAGE_HEADERS)
+        return response
 
 
 class Service:
@@ -147,7 +180,8 @@ class Service:
         if self.options.api_key is None:
             return
         given = fields.get("api_key")
-        auth = request.headers.get("authorization", "")
+        auth = request.headers.get("authorization", "").encode("latin-1").decode(
+            "utf-8", "replace")  # a key's UTF-8 bytes, which the header arrives as
         if auth[:7].lower() == "bearer ":
             given = auth[7:].strip()
         if not isinstance(given, str) or not hmac.compare_digest(
@@ -264,9 +298,9 @@ def build_app(translator: Translator, batcher: Batcher, options: ServeOptions) -
               Route("/languages", service.languages), Route("/v1/model", service.model),
               Route("/translate", service.libretranslate, methods=["POST"]),
               Route("/v1/translate", service.native, methods=["POST"]),
-              Mount("/static", StaticFiles(directory=STATIC), name="static")]
+              Mount("/static", _PageFiles(directory=STATIC), name="static")]
     origins = [origin.rstrip("/").lower() for origin in options.cors_origins]
-    middleware = [Middleware(OriginGuard, allowed=origins),
+    middleware = [Middleware(OriginGuard, allowed=origins, hosts=options.hosts),
                   Middleware(CORSMiddleware, allow_origins=origins,
                              allow_methods=["GET", "POST"],
                              allow_headers=["Content-Type", "Authorization"])]

@@ -9,6 +9,7 @@ process exits 0. A second SIGINT stops at once.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import signal
@@ -101,6 +102,16 @@ def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
         raise RuntimeError(f"the HTTP server stopped: {failed[0] if failed else 'never started'}")
 
 
+def _loopback_names(host: str) -> list[str] | None:
+    """The Host names a server bound to loopback answers to (None for another address: its
+    users reach it by names this process cannot know)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    return ["localhost", "127.0.0.1", "[::1]"] if loopback else None
+
+
 def _check(max_texts: int, max_queue: int, timeout: float, batch_wait_ms: float) -> None:
     if max_queue < max_texts:
         raise AttncliError(f"--max-queue {max_queue} is less than --max-texts {max_texts}: a "
@@ -133,7 +144,7 @@ def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path
                       batch_size or translator.config.decode.batch_size, batch_tokens,
                       batch_wait_ms / 1000)
     options = ServeOptions(Limits(max_texts, max_chars, max_beam), api_key or None,
-                           list(cors_origins), timeout)
+                           list(cors_origins), timeout, _loopback_names(host))
     sock = _listen(host, port)
     model = translator.description
     print(f"serving {run_dir} ({model['checkpoint']}, {model['languages']['source']}->"

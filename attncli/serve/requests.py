@@ -134,6 +134,8 @@ def _texts(value: Any, field: str, limits: Limits) -> list[str]:
         where = f"{field}" if isinstance(value, str) else f"{field}[{number - 1}]"
         if not text.strip():
             raise RequestError(400, f"{where}: empty text")
+        if "\x00" in text:  # as `attncli translate` refuses it: not text
+            raise RequestError(400, f"{where}: a NUL character; send text")
     chars = sum(len(t) for t in texts)
     if chars > limits.max_chars:
         raise RequestError(400, f"{field}: {chars} characters, at most {limits.max_chars} in "
