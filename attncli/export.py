@@ -276,11 +276,11 @@ def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) 
     if not (checkpoint / MODEL_FILE).is_file() and own:
         return
     if not (checkpoint / MODEL_FILE).is_file() or weights_digest(checkpoint) != recorded:
+        which = f" --checkpoint {checkpoint.name}" if checkpoint.is_dir() else ""
         raise AttncliError(
             f"{engine.folder}: this export was made from other weights than {run_dir}'s "
             f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
-            f"again); export it again: `attncli export {run_dir} --checkpoint "
-            f"{checkpoint.name}`")
+            f"again); export this run: `attncli export {run_dir}{which}`")
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

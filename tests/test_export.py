@@ -91,7 +91,15 @@ def test_an_export_of_other_weights_is_refused(run, data_dir, tmp_path):
     asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
                     data_dir=data_dir)
     assert_one_line_error(asked, f"this export was made from other weights than {copy}'s "
-                                 f"{made['checkpoint']}")
+                                 f"{made['checkpoint']} (another run's, or "
+                                 f"{made['checkpoint']} before it was written again); export "
+                                 f"this run: `attncli export {copy} --checkpoint "
+                                 f"{made['checkpoint']}`")
+    metadata = copy / "ctranslate2" / "attncli.json"  # another run's, of a step this one lacks
+    metadata.write_text(json.dumps({**made, "checkpoint": "step-999"}))
+    asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
+                    data_dir=data_dir)
+    assert_one_line_error(asked, f"export this run: `attncli export {copy}`")
 
 
 def test_an_unwritable_export_folder_is_refused_before_converting(run, tmp_path):
