@@ -206,6 +206,10 @@ def test_other_origins_are_refused_unless_named(server):
         "Origin": ALLOWED, "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type"})
     assert preflight.status == 200
+    refused = server.request("/v1/translate", method="OPTIONS", headers={
+        "Origin": ALLOWED, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "x-foo"})
+    _one_line_error(refused, 400, "preflight refused: Disallowed CORS headers")
     own = server.url  # the page's own requests carry the server's origin
     assert server.request("/v1/translate", body, headers={**AUTH, "Origin": own}).status == 200
 

@@ -158,6 +158,20 @@ class OriginGuard:
                 f"{', '.join(sorted(self.hosts))} only")
 
 
+class _JSONRefusingCORS(CORSMiddleware):
+    """Starlette's CORS, its refused preflights answered as every refusal is here:
+    {"error": "one line"} (they were plain text)."""
+
+    def preflight_response(self, request_headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        headers = {k: v for k, v in response.headers.items()
+                   if k.lower() not in ("content-length", "content-type")}
+        return JSONResponse({"error": f"preflight refused: {response.body.decode()}"},
+                            response.status_code, headers=headers)
+
+
 class _PageFiles(StaticFiles):
     """The page's files, with the page's headers (index.html is among them, and without
     them could be framed or run without its content policy)."""
@@ -301,7 +315,7 @@ def build_app(translator: Translator, batcher: Batcher, options: ServeOptions) -
               Mount("/static", _PageFiles(directory=STATIC), name="static")]
     origins = [origin.rstrip("/").lower() for origin in options.cors_origins]
     middleware = [Middleware(OriginGuard, allowed=origins, hosts=options.hosts),
-                  Middleware(CORSMiddleware, allow_origins=origins,
+                  Middleware(_JSONRefusingCORS, allow_origins=origins,
                              allow_methods=["GET", "POST"],
                              allow_headers=["Content-Type", "Authorization"])]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
