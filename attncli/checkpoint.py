@@ -47,7 +47,7 @@ from attncli.checkpoint_state import (
     with_implementation_of,
 )
 from attncli.errors import AttncliError
-from attncli.runs import STEP_FOLDER, RunPaths
+from attncli.runs import STEP_FOLDER, RunPaths, saved_state
 
 FORMAT = "attncli-checkpoint-2"
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
@@ -137,19 +137,12 @@ def _prune(paths: RunPaths, keep: int) -> None:
     pointed = paths.pointed_steps()
     last, best = pointed["last"], pointed.get("best")
     for step in [s for s in paths.step_dirs() if s < last and s != best]:
-        if _interrupted(paths.step_dir(step)):
+        if saved_state(paths.step_dir(step)).get("interrupted"):
             remove_folder(paths.step_dir(step))
     steps = [s for s in paths.step_dirs() if s <= last]
     for step in steps[:-keep]:
         if step != best:
             remove_folder(paths.step_dir(step))
-
-
-def _interrupted(folder: Path) -> bool:
-    try:
-        return bool(json.loads((folder / STATE_FILE).read_text("utf-8")).get("interrupted"))
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 # --------------------------------------------------------------------------------------------

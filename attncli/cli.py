@@ -326,4 +326,3 @@ def _usage_error(err: Exception) -> int:
     where = f"{err.ctx.command_path} -h" if err.ctx is not None else "attncli -h"
     print(f"error: {err.format_message()} (see {where})", file=sys.stderr)
     return err.exit_code
-

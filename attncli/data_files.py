@@ -184,4 +184,3 @@ def _first_non_text_line(source: Path, lang: str) -> int | None:
             if value is not None and not isinstance(value, str):
                 return number
     return None
-

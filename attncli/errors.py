@@ -50,4 +50,3 @@ def run_reporting(main: Callable[[], object]) -> None:
         main()
     except AttncliError as err:
         sys.exit(report(err))
-

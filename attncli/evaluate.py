@@ -146,14 +146,9 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
             f"export was made from {made_from}: export it again (`attncli export {run_dir} "
             f"--to ctranslate2 --checkpoint {checkpoint}`), or leave --checkpoint out to use "
             f"the export as it is")
-    check_made_from(trained.engine, Path(run_dir), _checkpoint_folder(trained, made_from))
+    check_made_from(trained.engine, Path(run_dir), trained.paths.checkpoints / made_from)
     trained.checkpoint = Path(made_from)
     return trained
-
-
-def _checkpoint_folder(trained: TrainedModel, name: str) -> Path:
-    paths = trained.paths
-    return paths.averaged if name == "averaged" else paths.checkpoints / name
 
 
 def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int,

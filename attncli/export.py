@@ -272,15 +272,16 @@ def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) 
     recorded = engine.metadata.get("weights_sha256")
     if recorded is None:
         return
-    own = Path(engine.metadata.get("run", "")).resolve() == Path(run_dir).resolve()
-    if not (checkpoint / MODEL_FILE).is_file() and own:
-        return
-    if not (checkpoint / MODEL_FILE).is_file() or weights_digest(checkpoint) != recorded:
-        which = f" --checkpoint {checkpoint.name}" if checkpoint.is_dir() else ""
-        raise AttncliError(
-            f"{engine.folder}: this export was made from other weights than {run_dir}'s "
-            f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
-            f"again); export this run: `attncli export {run_dir}{which}`")
+    if (checkpoint / MODEL_FILE).is_file():
+        if weights_digest(checkpoint) == recorded:
+            return
+    elif Path(engine.metadata.get("run", "")).resolve() == Path(run_dir).resolve():
+        return  # the run's own export of a checkpoint since pruned: nothing to compare
+    which = f" --checkpoint {checkpoint.name}" if checkpoint.is_dir() else ""
+    raise AttncliError(
+        f"{engine.folder}: this export was made from other weights than {run_dir}'s "
+        f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
+        f"again); export this run: `attncli export {run_dir}{which}`")
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

@@ -258,12 +258,13 @@ class MetricsLog:
         return len(records) - len(kept)
 
 
-def _saved_state(folder: Path) -> dict[str, Any]:
+def saved_state(folder: Path) -> dict[str, Any]:
     """A checkpoint's state.json as saved ({} if unreadable: loading it says what is wrong)."""
     try:
-        return json.loads((folder / "state.json").read_text("utf-8"))
+        state = json.loads((folder / "state.json").read_text("utf-8"))
     except (OSError, ValueError):
         return {}
+    return state if isinstance(state, dict) else {}
 
 
 def training_config(config_path: Path | None, overrides: list[str], resume: Path | None,
@@ -288,6 +289,6 @@ def training_config(config_path: Path | None, overrides: list[str], resume: Path
         config = load_config(paths.config, overrides)
         check_resume_changes(load_config(paths.config), config, str(resume))
         if (last := paths.pointed_steps().get("last")) is not None:
-            check_resume_limits(_saved_state(paths.step_dir(last)), config.train, resume)
+            check_resume_limits(saved_state(paths.step_dir(last)), config.train, resume)
     tensorboard_wanted(config.train.tensorboard)  # true without it installed: said now
     return config, paths

@@ -278,4 +278,3 @@ def test_a_key_beyond_ascii_works_as_a_bearer_token_too():
 
 def _app_run_batch(settings, works, deliver, join=None):
     return [[Translation([Hypothesis([7], -0.5, -0.5)]) for _ in w.src_ids] for w in works]
-

@@ -106,4 +106,3 @@ def planned_updates(cfg, batches_per_epoch: int) -> int | None:
     by_epochs = (cfg.max_epochs * -(-batches_per_epoch // cfg.accum_steps)
                  if cfg.max_epochs is not None else None)
     return min((n for n in (cfg.max_steps, by_epochs) if n is not None), default=None)
-
