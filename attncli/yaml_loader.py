@@ -1,4 +1,4 @@
-"""How attncli reads its YAML configs: YAML's safe loader, made stricter in two places.
+"""How attncli reads its YAML configs: YAML's safe loader, made stricter in three places.
 
 Kept apart from ``config.py`` (what a config holds) because it is about the file format only.
 """
