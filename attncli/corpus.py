@@ -27,9 +27,15 @@ from attncli.data import (
     load_split,
     split_source,
 )
-from attncli.data_cache import CACHE_FORMAT, cache_key, cache_root, write_entry
+from attncli.data_cache import (
+    CACHE_FORMAT,
+    cache_key,
+    cache_root,
+    check_cache_writable,
+    write_entry,
+)
 from attncli.errors import AttncliError
-from attncli.runs import RunPaths, check_writable
+from attncli.runs import RunPaths
 from attncli.subword_sampling import check_samplable
 from attncli.token_cache import Log, first_rows, tokenized_split
 from attncli.token_table import TokenizedSplit
@@ -47,14 +53,15 @@ SAMPLE_SEED = 0
 
 
 def pair_bytes(ds) -> np.ndarray:
-    """UTF-8 bytes of each pair, both sides as stored (0 for a pair with an empty side, which
-    the trainer is never handed): at least its characters, and at least what the trainer is
+    """UTF-8 bytes of each pair, both sides as stored (0 for a pair with an empty or blank side,
+    which the trainer is never handed): at least its characters, and at least what the trainer is
     handed (stripped). Computed from the Arrow offsets of the table under
     `ds`, so no text is copied (iterating `ds` in batches would concatenate it)."""
     import pyarrow.compute as pc
 
     table = ds.data
-    sides = [pc.fill_null(pc.binary_length(table.column(side)), 0).to_numpy()
+    sides = [pc.if_else(pc.fill_null(pc.utf8_is_space(table.column(side)), True), 0,
+                        pc.binary_length(table.column(side))).to_numpy()
              for side in ("src", "tgt")]
     sizes = np.where((sides[0] > 0) & (sides[1] > 0), np.add(*sides, dtype=np.int64), 0)
     if ds._indices is not None:  # a selection of the table's rows (datasets' indices mapping)
@@ -143,8 +150,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         return models
     except AttncliError:
         pass  # not cached yet, or damaged: train it
-    check_writable(root, "the data cache", "set data.cache_dir or $ATTNCLI_CACHE_DIR to a "
-                                           "writable folder")  # before training a tokenizer
+    check_cache_writable(folder.parent)  # before training a tokenizer
     started = time.perf_counter()
     ds = first_rows(source.rows, config.data.train_limit)
     sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)

@@ -22,6 +22,7 @@ from typing import Any
 from attncli.atomic import remove_folder, remove_temp_entries, staged_folder
 from attncli.config import DataConfig
 from attncli.errors import AttncliError
+from attncli.runs import check_writable
 
 CACHE_FORMAT = 1
 
@@ -40,6 +41,13 @@ def cache_root(cfg: DataConfig) -> Path:
         return Path(os.environ["ATTNCLI_CACHE_DIR"]).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(xdg) / "attncli"
+
+
+def check_cache_writable(folder: Path) -> None:
+    """`folder` (the cache's tokenizers/ or corpora/) can take a new entry: checked before the
+    work that fills one, as a read-only or misplaced cache otherwise fails only after it."""
+    check_writable(folder, "the data cache",
+                   "set data.cache_dir or $ATTNCLI_CACHE_DIR to a writable folder")
 
 
 def cache_key(parts: dict[str, Any]) -> str:

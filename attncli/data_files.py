@@ -11,8 +11,10 @@ for what would silently spoil a corpus before `datasets` parses it.
 * A carriage return inside a line of a TSV or text file is refused: both readers take a lone
   ``\\r`` for a line end, which splits that line in two and pairs every later line with the
   wrong one.
-* A TSV row with a field missing, a JSON line that is not an object: one line naming the file
-  and the line.
+* A TSV row with a field missing, a JSON line that is not an object (``null`` included), a
+  JSON row without one of the languages (a row missing its key, or nested in ``translation``
+  where the file's rows are flat): one line naming the file and the line. The reader would
+  have filled those with nulls, which pass for empty pairs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from attncli.errors import AttncliError
+from attncli.runs import check_writable
 
 LONE_CR = re.compile(rb"\r(?!\n)")
 # load_dataset's arguments for a read that never reuses the library's copy of the file
@@ -40,6 +43,9 @@ def read_split_files(files: tuple[Path, ...], src: str, tgt: str):
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity(logging.CRITICAL)  # its errors become ours, one line
+    # Each read writes an Arrow copy there: an unwritable one failed as if the file were bad.
+    check_writable(Path(datasets.config.HF_DATASETS_CACHE), "the datasets library's cache",
+                   "set HF_DATASETS_CACHE (or HF_HOME) to a writable folder")
     for path in files:
         check_text(path, lines_matter=len(files) == 2 or path.suffix == ".tsv")
     if len(files) == 1:
@@ -122,8 +128,17 @@ def _first_bad_json_line(path: Path) -> str | None:
             except ValueError as err:
                 return f"line {number}: not JSON ({getattr(err, 'msg', err)})"
             if not isinstance(value, dict):
-                return f"line {number}: not a JSON object ({type(value).__name__})"
+                return f"line {number}: not a JSON object ({_json_kind(value)})"
     return None
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (an error names what it found)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kinds = {int: "a number", float: "a number", str: "a string", list: "a list",
+             dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _read(path: Path, kind: str, locate: Callable[[Path], str | None] | None = None,
@@ -159,28 +174,47 @@ def _language_columns(ds, source: Path, src: str, tgt: str):
         raise AttncliError(f"{source}: no language {missing[0]!r} in this data set "
                            f"(it has: {', '.join(have)})")
     for lang in (src, tgt):
-        kind = getattr(ds.features[prefix + lang], "dtype", "a structure")
+        kind = getattr(ds.features[prefix + lang], "dtype", None)
         if kind not in ("string", "large_string", "null"):
-            where = _first_non_text_line(source, lang) if source.suffix == ".jsonl" else None
-            raise AttncliError(f"{source}{f', line {where}' if where else ''}: the {lang!r} "
-                               f"values are {kind}, not text")
+            found = _first_line(source, prefix, lang,
+                                lambda value: not isinstance(value, (str, NoText)))
+            where = f", line {found[0]}" if found else ""
+            what = f"{found[1]}" if found else (kind or "a structure")
+            raise AttncliError(f"{source}{where}: the {lang!r} value is {what}, not text")
+    for lang in (src, tgt):
+        if ds.data.column(prefix + lang).null_count:
+            found = _first_line(source, prefix, lang, lambda value: isinstance(value, NoText))
+            where = f", line {found[0]}" if found else ""
+            raise AttncliError(f"{source}{where}: no {lang!r} text in this row (a pair needs "
+                               f"both sides, \"\" for an empty one; one layout per file: flat "
+                               f"or nested in \"translation\")")
     ds = ds.select_columns([prefix + src, prefix + tgt])
     return ds.rename_columns({prefix + src: "src", prefix + tgt: "tgt"})
 
 
-def _first_non_text_line(source: Path, lang: str) -> int | None:
-    """The first line of a JSON Lines file whose `lang` value (flat, or in its `translation`)
-    is not a string, for the error that names it (the reader only says the column's type)."""
-    with source.open(encoding="utf-8", errors="replace") as lines:
+class NoText:
+    """A row's language value that is missing or null (the reader makes both a null)."""
+
+
+def _first_line(source: Path, prefix: str, lang: str,
+                wrong: Callable[[Any], bool]) -> tuple[int, str] | None:
+    """The first line of a JSON Lines file whose `lang` value (flat, or in its `translation`
+    when `prefix` says the rows nest; a `NoText` where it has none) is `wrong`, and what that
+    value is, for the error that names it (the reader only says the column's type). None for
+    other formats."""
+    if source.suffix != ".jsonl":
+        return None
+    with source.open(encoding="utf-8-sig", errors="replace") as lines:
         for number, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(row, dict):
-                continue
-            nested = row.get("translation")
-            value = row.get(lang, nested.get(lang) if isinstance(nested, dict) else None)
-            if value is not None and not isinstance(value, str):
-                return number
+            row = row if isinstance(row, dict) else {}  # a null line: a row of nulls
+            if prefix:
+                row = row.get("translation")
+                row = row if isinstance(row, dict) else {}
+            value = NoText() if row.get(lang) is None else row[lang]
+            if wrong(value):
+                return number, _json_kind(value)
     return None

@@ -21,7 +21,7 @@ import numpy as np
 from attncli.atomic import atomic_write_json
 from attncli.config import DataConfig
 from attncli.data import SplitSource
-from attncli.data_cache import CACHE_FORMAT, cache_key, write_entry
+from attncli.data_cache import CACHE_FORMAT, cache_key, check_cache_writable, write_entry
 from attncli.errors import AttncliError
 from attncli.token_table import TokenizedSplit, open_entry
 from attncli.tokenizer import tokenizer_from_bytes
@@ -149,6 +149,7 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
         return split
     if folder.exists():
         log(f"cache: {folder} is incomplete or damaged; tokenizing again")
+    check_cache_writable(folder.parent)  # before the tokenizing
     started = time.perf_counter()
     write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
                                                         limit),
@@ -157,7 +158,7 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
     if split is None:
         raise AttncliError(f"{folder}: the token cache just written does not read back; is "
                            f"the disk full?")
-    log(f"cache: tokenized the {source.split} split ({split.manifest['rows']:,} pairs) in "
+    log(f"cache: tokenized the {source.split} split ({len(split):,} pairs) in "
         f"{time.perf_counter() - started:.1f} s with {split.manifest['processes']} process(es) "
         f"-> {folder}")
     return split

@@ -110,6 +110,11 @@ def model_sides(joint: bool) -> tuple[str | None, ...]:
     return JOINT_SIDES if joint else SEPARATE_SIDES
 
 
+# SentencePiece skips longer sentences without a word; the sample is already bounded in bytes
+# (tokenizer.sample_bytes), so every sentence it holds is given.
+MAX_SENTENCE_BYTES = 2**30  # its ceiling
+
+
 def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[str]) -> bytes:
     model = io.BytesIO()
     try:
@@ -122,6 +127,7 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[s
             character_coverage=cfg.character_coverage,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             input_sentence_size=0,  # every sentence given: the caller already sampled
+            max_sentence_length=MAX_SENTENCE_BYTES,  # not its 4,192: longer ones were skipped
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
             num_threads=2,

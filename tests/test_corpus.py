@@ -119,8 +119,13 @@ def test_empty_and_long_pairs_are_counted_and_left_out(tmp_path):
     folder = tmp_path / "odd"
     write_toy_corpus(folder, {"val": 10})
     (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data, _ = _prepare(_config(folder, tmp_path / "cache"))
+    data, first = _prepare(_config(folder, tmp_path / "cache"))
     assert (len(data.train), data.train.dropped_empty, data.train.dropped_long) == (50, 1, 1)
+    _, again = _prepare(_config(folder, tmp_path / "cache"))
+    # the same count the first time and when reused (the first said the table's 52 rows)
+    said = [line.split("(")[1].split(")")[0] for line in first + again
+            if line.startswith("cache:") and "train split" in line]
+    assert said == ["50 pairs", "50 pairs"], first + again
 
 
 def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkeypatch):
@@ -206,6 +211,54 @@ def test_the_sample_draws_no_empty_pair_and_no_pair_larger_than_the_bound(tmp_pa
     assert picked is not None and 50 not in picked and len(picked) == 50  # 500 bytes of 10
 
 
+def test_a_blank_side_counts_as_empty_in_the_sample_and_the_log(tmp_path):
+    """Whitespace-only sides were sized as text: they took places in the sample (and bytes of
+    its bound) that the trainer never got, and the log counted them as learnt from."""
+    import datasets
+
+    from attncli.corpus import pair_bytes
+
+    rows = [{"src": "a dog", "tgt": "ein hund"}, {"src": " \u00a0 ", "tgt": "x"},
+            {"src": "y", "tgt": "\t"}, {"src": "", "tgt": None}]
+    assert pair_bytes(datasets.Dataset.from_list(rows)).tolist() == [13, 0, 0, 0]
+    pairs = toy_pairs(300, 0)
+    for pair in pairs[:50]:
+        pair["de"] = "   "
+    folder = tmp_path / "blank"
+    folder.mkdir()
+    for split in ("train", "val", "test"):
+        chosen = pairs if split == "train" else toy_pairs(20, 1)
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(p) + "\n" for p in chosen))
+    _, lines = _prepare(_config(folder, tmp_path / "cache"))
+    assert any(" on 250 of 300 pairs " in line for line in lines), lines
+
+
+def test_sentences_longer_than_sentencepieces_default_are_learnt_from(tmp_path):
+    """SentencePiece skips sentences over 4,192 bytes by default, without a word: a corpus of
+    long ones failed with its internal error, and long ones vanished from any other."""
+    from attncli.tokenizer import tokenizer_from_bytes, train_models
+
+    words = [f"word{i}" for i in range(40)]
+    long = [" ".join(words[(i + j) % 40] for j in range(900)) for i in range(20)]
+    assert min(map(len, long)) > 4192
+    models = train_models(TokenizerConfig(vocab_size=80), {"src": long, "tgt": long}.__getitem__,
+                          ("en", "de"))
+    tokenizer = tokenizer_from_bytes(models)
+    assert tokenizer.src.piece_to_id("▁word") != tokenizer.src.unk_id()  # learnt from them
+
+
+def test_a_tokenizers_folder_that_cannot_be_written_is_found_before_training(toy, tmp_path,
+                                                                          monkeypatch):
+    from attncli import corpus
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "tokenizers").write_text("a file where the folder goes")
+    monkeypatch.setattr(corpus, "train_models", lambda *args: pytest.fail("trained first"))
+    with pytest.raises(AttncliError, match="tokenizers: cannot write the data cache here"):
+        _prepare(_config(toy, cache))
+
+
 def test_a_byte_bound_below_one_pair_is_one_line(toy, tmp_path):
     with pytest.raises(AttncliError, match="tokenizer.sample_bytes=10 is smaller than any"):
         _prepare(_config(toy, tmp_path / "cache", sample_bytes=10))
@@ -234,7 +287,7 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
 def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
     """A cache holding every entry (a read-only mount of a shared one) was refused as not
     writable; writing is checked only where something must be built."""
-    from attncli import corpus
+    from attncli import data_cache
 
     config = _config(toy, tmp_path / "cache")
     _prepare(config)  # every entry built
@@ -242,7 +295,7 @@ def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
     def read_only(folder, *args, **kwargs):
         raise AttncliError(f"{folder}: cannot write the data cache here (Read-only file system)")
 
-    monkeypatch.setattr(corpus, "check_writable", read_only)
+    monkeypatch.setattr(data_cache, "check_writable", read_only)
     _, lines = _prepare(config)
     assert any("tokenizer: reusing" in line for line in lines)
     with pytest.raises(AttncliError, match="Read-only file system"):  # nothing cached there

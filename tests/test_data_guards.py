@@ -52,11 +52,11 @@ def test_a_single_file_has_no_val_split_of_its_own(tmp_path):
 
 @pytest.mark.parametrize("train_text, message", [
     ('{"en": "A dog.", "de": "Ein Hund."}\n{"en": "A cat.", "de": \n', ": line 2: not JSON"),
-    ('{"en": "A dog.", "de": "Ein Hund."}\n"hello"\n', ": line 2: not a JSON object (str)"),
+    ('{"en": "A dog.", "de": "Ein Hund."}\n"hello"\n', ": line 2: not a JSON object (a string)"),
     ("", ": the file is empty"),
-    ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', ", line 1: the 'en' values are int64, not text"),
+    ('{"en": 1, "de": 2}\n{"en": 3, "de": 4}\n', ", line 1: the 'en' value is a number, not text"),
     ('{"en": "A", "de": "B"}\n{"en": "C", "de": "D"}\n{"en": "E", "de": 5}\n',
-     ", line 3: the 'de' values are a structure, not text"),
+     ", line 3: the 'de' value is a number, not text"),
 ])
 def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp_path,
                                                                     train_text, message):
@@ -248,12 +248,36 @@ def test_a_file_replaced_with_the_same_time_is_read_afresh(tmp_path):
      "val.jsonl and valid.jsonl both hold the val split; keep one"),
     ({"val.jsonl": b'{"en": "A", "de": "B"}\n', "val.en": b"A\n", "val.de": b"B\n"},
      "val.jsonl and val.en + val.de all hold the val split; keep one"),
+    # rows the reader fills with nulls, which passed for empty pairs and were dropped as such
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\n{"en": "C"}\n'},
+     "val.jsonl, line 2: no 'de' text in this row"),
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\n{"en": "C", "de": null}\n'},
+     "val.jsonl, line 2: no 'de' text in this row"),
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\nnull\n{"en": "C", "de": "D"}\n'},
+     "val.jsonl, line 2: no 'en' text in this row"),
+    ({"val.jsonl": b'{"en": "A", "de": "B"}\n{"translation": {"en": "C", "de": "D"}}\n'},
+     "val.jsonl, line 2: no 'en' text in this row"),
 ])
 def test_files_that_would_pair_the_wrong_lines_are_refused(tmp_path, files, message):
     folder = _split_folder(tmp_path, files)
     with pytest.raises(AttncliError) as info:
         load_split(DataConfig(dataset=str(folder)), "val")
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_unwritable_datasets_cache_is_named_not_blamed_on_the_data_file(tmp_path,
+                                                                        monkeypatch):
+    """Every read writes `datasets`' Arrow copy of the file into its cache; an unwritable one
+    said the data file "cannot be read as a data file"."""
+    import datasets
+
+    folder = _split_folder(tmp_path, {"val.jsonl": b'{"en": "A dog.", "de": "Ein Hund."}\n'})
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "a-file" / "hf"))
+    with pytest.raises(AttncliError) as info:
+        load_split(DataConfig(dataset=str(folder)), "val")
+    assert "cannot write the datasets library's cache" in str(info.value)
+    assert "HF_DATASETS_CACHE" in str(info.value) and "val.jsonl" not in str(info.value)
 
 
 def test_crlf_and_a_byte_order_mark_are_plain_line_ends_and_no_text(tmp_path):
