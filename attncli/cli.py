@@ -183,7 +183,8 @@ def translate(
     ),
     layer: int = typer.Option(-1, "--layer", help="Decoder layer whose attention is shown."),
     head: int | None = typer.Option(
-        None, "--head", help="Attention head to show (default: the mean over heads)."
+        None, "--head", help="Attention head to show (default: the mean over heads; the PNG then "
+        "draws every head and their mean)."
     ),
     device: str = DEVICE_OPTION,
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),

@@ -34,7 +34,8 @@ SOURCE_MARGIN = 8
 # sacreBLEU tokenizers to try, best first, for targets that do not separate words by spaces.
 _CJK_TOKENIZERS = {"zh": ("zh",), "ja": ("ja-mecab", "char"), "ko": ("ko-mecab", "char")}
 
-# Called for each source that was cut: (index in the input, its length, the length kept).
+# Called for each source that was cut: (index in the input, its subwords, the subwords kept;
+# the EOS every source ends with is not counted).
 TruncateHook = Callable[[int, int, int], None]
 
 
@@ -81,14 +82,25 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str], tgt_lang: str) -> di
 def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: int,
                    on_truncate: TruncateHook | None = None) -> list[list[int]]:
     """Source ids ending in EOS, each cut to fit the model's positions (minus a margin)."""
-    limit = max(max_positions - SOURCE_MARGIN, 2)
+    kept = source_subword_limit(max_positions)
     ids = tokenizer.encode_src(texts)
     for i, seq in enumerate(ids):
-        if len(seq) > limit:
-            ids[i] = [*seq[: limit - 1], EOS_ID]
+        if len(seq) > kept + 1:
+            ids[i] = [*seq[:kept], EOS_ID]
             if on_truncate is not None:
-                on_truncate(i, len(seq), limit)
+                on_truncate(i, len(seq) - 1, kept)
     return ids
+
+
+# What stands for a source that encode_sources turned into its EOS alone: the tokenizer dropped
+# every character (a zero-width space, control characters), and the model would "translate"
+# nothing as confidently as a sentence; translate and serve refuse it like an empty text.
+NOTHING_KEPT = "no text the tokenizer keeps (only invisible or control characters)"
+
+
+def source_subword_limit(max_positions: int) -> int:
+    """The most subwords of a source that are translated (then its EOS)."""
+    return max(max_positions - SOURCE_MARGIN, 2) - 1
 
 
 def translate_texts(
@@ -124,6 +136,8 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
 
     ``no_repeat_ngram`` (``--no-repeat-ngram``) replaces the run's
     ``decode.no_repeat_ngram_size`` before either engine reads its decode settings."""
+    if exported is not None and engine == "torch":  # it would be ignored: torch scored instead
+        raise AttncliError(f"--exported {exported} needs --engine ctranslate2")
     if engine == "torch":
         trained = load_trained_model(Path(run_dir), resolve_device(device), checkpoint)
     elif device not in ("auto", "cpu"):
@@ -266,7 +280,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
             on_truncate=lambda i, length, kept: truncated.append(parallel.rows[i]),
             progress=lambda done: bar.advance(task, done),
         )
-    _warn(truncated, config.model.max_positions - SOURCE_MARGIN, parallel.dropped_empty)
+    _warn(truncated, source_subword_limit(config.model.max_positions), parallel.dropped_empty)
     hyps = result.pop("hypotheses")
     report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
               "split": split, "engine": engine, "precision": decode_precision(trained), **result,
@@ -280,8 +294,9 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     if json_out:
         print(json.dumps(report, ensure_ascii=False))
         return
-    table = Table(title=f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {parallel.name} "
-                        f"{split}, beam {beam}" + _blocking(config.decode))
+    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {parallel.name} {split}, "
+             f"beam {beam}" + _blocking(config.decode))  # its own line: rich wraps table titles
+    table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("BLEU", f"{report['bleu']:.2f}")
@@ -290,6 +305,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     table.add_row("seconds", f"{report['seconds']:.1f}")
     table.add_row("sentences/s", f"{report['sentences_per_s']}")
     out = Console()
+    out.print(title, markup=False, highlight=False, soft_wrap=True)
     out.print(table)
     out.print(f"[dim]{report['signature']}[/dim]")
     out.print(f"[dim]hypotheses: {hyp_file}[/dim]")

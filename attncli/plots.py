@@ -60,8 +60,9 @@ def _shade(weight: float) -> str:
 
 
 def attention_table(weights: Sequence[Sequence[float]], src_pieces: Sequence[str],
-                    tgt_pieces: Sequence[str], title: str):
-    """Cross-attention (tgt_len, src_len) as a rich table for the terminal.
+                    tgt_pieces: Sequence[str]):
+    """Cross-attention (tgt_len, src_len) as a rich table for the terminal (its caller prints
+    the title above it: rich wraps a table's own title to the table's width).
 
     Source subwords across, target subwords down; each cell is shaded by its weight and shows
     it in percent ("." below 0.5 %), so the picture also survives a pipe without colours.
@@ -69,8 +70,7 @@ def attention_table(weights: Sequence[Sequence[float]], src_pieces: Sequence[str
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, box=None, padding=(0, 1, 0, 0), show_edge=False,
-                  title_justify="left")
+    table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("", justify="right", style="bold", no_wrap=True)
     for piece in src_pieces:
         table.add_column(piece, justify="right", no_wrap=True, min_width=3)
@@ -81,9 +81,9 @@ def attention_table(weights: Sequence[Sequence[float]], src_pieces: Sequence[str
 
 
 def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str], path: Path,
-                   title: str) -> None:
-    """Cross-attention of one layer, (heads, tgt_len, src_len): one panel per head plus their
-    mean, saved as a PNG."""
+                   title: str, head: int | None = None) -> None:
+    """Cross-attention of one layer, (heads, tgt_len, src_len), saved as a PNG: one panel per
+    head plus their mean, or the one `head` asked for."""
     import warnings
 
     import numpy as np
@@ -92,6 +92,8 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
     weights = np.asarray(weights, dtype=np.float32)
     panels = [(f"head {h}", weights[h]) for h in range(weights.shape[0])]
     panels.append(("mean of heads", weights.mean(axis=0)))
+    if head is not None:
+        panels = [panels[head]]
     cols = min(len(panels), 3)
     rows = -(-len(panels) // cols)
     cell = 0.28  # inches per token

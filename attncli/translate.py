@@ -1,9 +1,10 @@
 """`attncli translate`: sentences from arguments, a file or standard input, through a run.
 
 Input is read and translated in chunks, so a pipe of any size streams through in bounded
-memory. A bad line (empty, not UTF-8, a NUL byte) is reported on stderr with its number while
-the others are still translated, and its place in the output is an empty line (under --json a
-record with its error), so output line k is input line k; the command then exits 2. Output
+memory. A bad line (empty, not UTF-8, a NUL byte, nothing the tokenizer keeps) is reported on
+stderr with its number while the others are still translated, and its place in the output is
+an empty line (under --json a record with its error), so output line k is input line k; the
+command then exits 2. Output
 names that could never be written are refused before the model loads once per invocation.
 """
 
@@ -23,7 +24,7 @@ from typing import BinaryIO, TextIO
 from attncli.atomic import output_file_problem, replacing_file
 from attncli.average import describe
 from attncli.errors import AttncliError
-from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+from attncli.evaluate import NOTHING_KEPT, decode_ids, encode_sources, load_for_decoding
 from attncli.plots import attention_table, plot_attention
 from attncli.runs import find_latest_run
 from attncli.search import Hypothesis
@@ -141,7 +142,7 @@ class _AttentionView:
         if self.png is not None:
             path = self.png if self.single else self.png.with_name(
                 f"{self.png.stem}-{item.number}{self.png.suffix}")
-            plot_attention(weights.numpy(), src, tgt, path, title)
+            plot_attention(weights.numpy(), src, tgt, path, title, self.head)
             print(f"attention heatmap saved to {path}", file=sys.stderr)
 
 
@@ -164,9 +165,9 @@ class _AttentionView:
         for block in blocks:
             part = (f" (source pieces {block.start + 1}-{block.stop} of {len(src)})"
                     if len(blocks) > 1 else "")
+            self.console.print(title + part, markup=False, highlight=False, soft_wrap=True)
             self.console.print(attention_table([row[block.start:block.stop] for row in shown],
-                                                src[block.start:block.stop], tgt,
-                                                title + part))
+                                                src[block.start:block.stop], tgt))
 
 
 def _open_inputs(texts: Sequence[str], input_file: Path | None,
@@ -192,8 +193,11 @@ def _open_inputs(texts: Sequence[str], input_file: Path | None,
 
 
 def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest: int,
-                     need_attention: bool) -> tuple[list[list[int]], list[list[Hypothesis]]]:
-    """Source ids (after any cut, with a warning) and hypotheses for the good inputs."""
+                     need_attention: bool) -> dict[int, tuple[list[int], list[Hypothesis]]]:
+    """Source ids (after any cut, with a warning) and hypotheses of the good inputs, by input
+    number. An input that leaves no subword once tokenized (only invisible or control
+    characters, which the tokenizer drops) gets a ``problem`` instead: the model would have
+    translated nothing, as if it were a sentence."""
 
     def warn(i: int, length: int, kept: int) -> None:
         print(f"warning: {good[i].label}: {length} subwords, only the first {kept} are "
@@ -201,7 +205,13 @@ def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest
 
     src_ids = encode_sources(trained.tokenizer, [item.text for item in good],
                              trained.config.model.max_positions, warn)
-    return src_ids, decode_ids(trained, src_ids, beam, nbest, need_attention)
+    for item, ids in zip(good, src_ids, strict=True):
+        if len(ids) == 1:  # EOS alone
+            item.problem = NOTHING_KEPT
+    kept = [(item, ids) for item, ids in zip(good, src_ids, strict=True) if item.problem is None]
+    hyps = decode_ids(trained, [ids for _, ids in kept], beam, nbest, need_attention) if kept \
+        else []
+    return {item.number: (ids, h) for (item, ids), h in zip(kept, hyps, strict=True)}
 
 
 def _failure_line(item: _Input, nbest: int, json_out: bool) -> str | None:
@@ -217,11 +227,7 @@ def _translate_and_write(trained: TrainedModel, chunk: list[_Input], out: TextIO
     """Translate a chunk's good inputs and write every input's lines in input order; returns
     how many inputs could not be translated (each said on stderr)."""
     good = [item for item in chunk if item.problem is None]
-    found: dict[int, tuple[list[int], list[Hypothesis]]] = {}
-    if good:
-        src_ids, hyps = _translate_chunk(trained, good, beam, nbest, view.wanted)
-        pairs = zip(src_ids, hyps, strict=True)
-        found = {item.number: pair for item, pair in zip(good, pairs, strict=True)}
+    found = _translate_chunk(trained, good, beam, nbest, view.wanted) if good else {}
     for item in chunk:
         if item.problem is not None:
             print(f"error: {item.label}: {item.problem}", file=sys.stderr)
@@ -235,7 +241,7 @@ def _translate_and_write(trained: TrainedModel, chunk: list[_Input], out: TextIO
             out.flush()
             view(item, ids, hyps[0])
     out.flush()
-    return len(chunk) - len(good)
+    return len(chunk) - len(found)
 
 
 def _check_outputs(output_file: Path | None, attention_png: Path | None) -> None:
@@ -266,6 +272,9 @@ def translate_command(
     """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
     if engine != "torch" and (show_attention or attention_png):
         raise AttncliError("--show-attention and --attention-png need --engine torch")
+    if (layer != -1 or head is not None) and not (show_attention or attention_png):
+        raise AttncliError("--layer and --head choose what --show-attention or --attention-png "
+                           "show: give one of them")
     _check_outputs(output_file, attention_png)
     failed = total = 0
     with contextlib.ExitStack() as stack:

@@ -241,6 +241,8 @@ def test_stdin_is_translated_chunk_by_chunk_while_still_open(workdir, run_dir):
 
 
 def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_path):
+    from attncli.tokenizer import load_tokenizer
+
     source = tmp_path / "in.txt"
     source.write_text("A cat.\n" + " ".join(["house"] * 5000) + "\n", encoding="utf-8")
     target = tmp_path / "out" / "hyp.txt"
@@ -249,7 +251,9 @@ def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_p
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "line 2" in warnings[0]
-    assert f"only the first {MAX_POSITIONS - 8}" in warnings[0]
+    (ids,) = load_tokenizer(RunPaths(run_dir), joint=True).encode_src([" ".join(["house"] * 5000)])
+    # subwords, the EOS not counted: it said one more of each
+    assert f": {len(ids) - 1} subwords, only the first {MAX_POSITIONS - 9} are" in warnings[0]
     assert len(target.read_text(encoding="utf-8").splitlines()) == 2
     assert out.stdout == ""
 
@@ -266,6 +270,43 @@ def test_attention_heatmap_in_the_terminal_and_as_png(workdir, run_dir, tmp_path
         assert piece in out.stdout
     assert "decoder layer 0" in out.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    short = _cli(workdir, "translate", "--run", str(run_dir), "--show-attention",
+                 "--attention-png", str(tmp_path / "head.png"), "--head", "1", "A cat.")
+    # the title on one line (rich wrapped it to the narrow table's width)
+    assert "argument 1: cross-attention, decoder layer 1, head 1" in short.stdout.splitlines()
+
+    def width(path: Path) -> int:  # the PNG header's
+        return int.from_bytes(path.read_bytes()[16:20], "big")
+
+    # --head draws that head alone (the PNG drew every head and their mean whatever it said)
+    assert width(tmp_path / "head.png") < width(png) / 2
+
+
+def test_a_line_the_tokenizer_keeps_nothing_of_is_refused_like_an_empty_one(workdir, run_dir):
+    """A zero-width space or control characters leave no subword: the model translated the
+    bare end of sentence into a confident sentence, exit 0."""
+    lines = "The cat sees a dog.\n\u200b\n\x01\x02\nThe man runs.\n".encode()
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", stdin=lines)
+    assert out.returncode == 2
+    records = [json.loads(r) for r in out.stdout.splitlines()]
+    assert [r["source"] is None for r in records] == [False, True, True, False]
+    problem = "no text the tokenizer keeps (only invisible or control characters)"
+    assert records[1]["error"] == records[2]["error"] == problem
+    assert _error_lines(out.stderr)[-1] == ("error: 2 of 4 inputs could not be translated "
+                                             "(see above)")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--exported", "nowhere"], "--exported nowhere needs --engine ctranslate2"),
+    (["--layer", "0"], "--layer and --head choose what --show-attention or --attention-png show"),
+    (["--head", "1"], "--layer and --head choose what --show-attention or --attention-png show"),
+])
+def test_options_that_would_do_nothing_are_refused(workdir, run_dir, args, message):
+    """--exported without --engine ctranslate2 scored attncli's own decoder while the user
+    believed the export was used; --layer/--head without a view were ignored."""
+    out = _cli(workdir, "translate", "--run", str(run_dir), *args, "A cat.")
+    assert out.returncode == 2 and _error_lines(out.stderr)[0].startswith(f"error: {message}")
+    assert out.stdout == ""
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -328,6 +369,9 @@ def test_eval_writes_hypotheses_and_scores(workdir, run_dir):
     assert len((run_dir / "eval" / "test.hyp.txt").read_text("utf-8").splitlines()) == 10
     table = _cli(workdir, "eval", str(run_dir), "--split", "val")
     assert table.returncode == 0 and "BLEU" in table.stdout and "chrF" in table.stdout
+    # the title on one line (rich wrapped a table's own title to the narrow table's width)
+    assert table.stdout.splitlines()[0].startswith("tiny (") and ", beam " in \
+        table.stdout.splitlines()[0]
 
 
 def test_eval_of_other_data_says_what_it_left_out_and_keeps_the_runs_scores(workdir, run_dir,
@@ -420,7 +464,9 @@ def test_long_sources_are_cut_to_the_positions_and_end_in_eos(run_dir):
     ids = encode_sources(tokenizer, ["a cat", "house " * 200], 32,
                          lambda i, n, kept: cut.append((i, n, kept)))
     assert len(ids[1]) == 24 and ids[1][-1] == EOS_ID and ids[0][-1] == EOS_ID
-    assert [c[0] for c in cut] == [1] and cut[0][2] == 24
+    # the warning's figures are subwords, the EOS not counted: 23 of them kept
+    (whole,) = tokenizer.encode_src(["house " * 200])
+    assert cut == [(1, len(whole) - 1, 23)] and ids[1][:23] == whole[:23]
 
 
 def test_a_wide_heatmap_in_a_terminal_comes_in_blocks_that_keep_every_column():

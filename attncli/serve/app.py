@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from attncli.evaluate import NOTHING_KEPT
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.requests import (
     Limits,
@@ -225,6 +226,9 @@ class Service:
             raise RequestError(400, "attention: this server runs CTranslate2, which returns no "
                                     "attention weights (serve with --engine torch for them)")
         src_ids, cut = self.translator.encode(req.texts)
+        for i, ids in enumerate(src_ids):
+            if len(ids) == 1:  # its EOS alone (see evaluate.NOTHING_KEPT)
+                raise RequestError(400, f"{req.text_label(i)}: {NOTHING_KEPT}")
         try:
             future = self.batcher.submit(Settings(req.beam, req.n_best),
                                          Work(src_ids, req.attention), len(src_ids),

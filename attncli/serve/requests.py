@@ -55,6 +55,11 @@ class TranslateRequest:
     single: bool = False  # LibreTranslate's q was one string: answer with one string
     auto_source: bool = False  # LibreTranslate's source was "auto"
     api_key: str | None = None
+    field: str = "q"  # the body's field that held the texts, for errors that name one
+
+    def text_label(self, i: int) -> str:
+        """How an error names text i: `q` for a string, `q[2]` in a list (as `_texts` does)."""
+        return self.field if self.single else f"{self.field}[{i}]"
 
 
 def parse_body(body: bytes, content_type: str) -> dict[str, Any]:
@@ -212,4 +217,4 @@ def native_request(fields: dict[str, Any], beam: int, limits: Limits) -> Transla
         raise RequestError(400, f"attention: must be true or false, not {_type(attention)}")
     return TranslateRequest(texts, beam, n_best, attention,
                             single=isinstance(fields["text"], str),
-                            api_key=_optional_string(fields, "api_key"))
+                            api_key=_optional_string(fields, "api_key"), field="text")
