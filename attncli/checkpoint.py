@@ -131,17 +131,22 @@ def _clear_leftovers(paths: RunPaths) -> None:
 def _prune(paths: RunPaths, keep: int) -> None:
     """Keep the newest `keep` step folders up to `last`, and the best one.
 
-    A save that a signal made between the run's own saves (state.json `interrupted`) is there
-    for the resume alone: once a newer save exists it goes first, so that the saves kept, and
-    those the end of the run averages, are the ones an uninterrupted run would have."""
+    A save between the run's own saves (state.json `interrupted`: a signal asked for it;
+    `off_schedule`: the run ended at a limit there) is there for a resume: once a newer save
+    exists it goes first, so that the saves kept, and those the end of the run averages, are
+    the ones an uninterrupted run would have. The best save as the scheduled validations left
+    it (the last save's `before_end`) stays while an extension may go on from it."""
     pointed = paths.pointed_steps()
-    last, best = pointed["last"], pointed.get("best")
-    for step in [s for s in paths.step_dirs() if s < last and s != best]:
-        if saved_state(paths.step_dir(step)).get("interrupted"):
+    last = pointed["last"]
+    keep_too = {pointed.get("best"),
+                saved_state(paths.step_dir(last)).get("before_end", {}).get("best_step")}
+    for step in [s for s in paths.step_dirs() if s < last and s not in keep_too]:
+        state = saved_state(paths.step_dir(step))
+        if state.get("interrupted") or state.get("off_schedule"):
             remove_folder(paths.step_dir(step))
     steps = [s for s in paths.step_dirs() if s <= last]
     for step in steps[:-keep]:
-        if step != best:
+        if step not in keep_too:
             remove_folder(paths.step_dir(step))
 
 

@@ -13,15 +13,18 @@ class Reporter:
     """
 
     def __init__(self, log_path, total_steps: int | None, start_step: int,
-                 earlier: Sequence[str] = ()):
-        """`earlier`: lines printed before the run folder existed, added to train.log."""
+                 earlier: Sequence[str] = (), hold_earlier: bool = False):
+        """`earlier`: lines printed before the run folder existed, added to train.log; with
+        `hold_earlier` (a resume) only with the first line of the run's own, so a resume that
+        is refused leaves train.log as it was."""
         import sys
 
         from rich.console import Console
 
         self.log_path = log_path
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in earlier)
+        self._held = list(earlier)
+        if not hold_earlier:
+            self._write([])
         self.console = Console(stderr=False)
         self.interactive = sys.stdout.isatty()
         self.progress = None
@@ -44,9 +47,13 @@ class Reporter:
                                                figures="")
             self.progress.start()
 
-    def line(self, text: str) -> None:
+    def _write(self, lines: list[str]) -> None:
         with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
+            f.writelines(line + "\n" for line in [*self._held, *lines])
+        self._held = []
+
+    def line(self, text: str) -> None:
+        self._write([text])
         if self.progress is not None:
             self.progress.console.print(text, highlight=False, markup=False)
         else:

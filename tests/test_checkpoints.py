@@ -39,10 +39,11 @@ from attncli.training.trainer import Trainer
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_dir) -> Path:
-    """`straight`: 6 updates, a step folder every 2 (steps 2, 4, 6 kept)."""
+    """`straight`: 6 updates, a step folder every 2 (steps 2, 4, 6 kept), validated at 6 on
+    schedule (an end validation between scheduled ones would not count on in a resume)."""
     root = tmp_path_factory.mktemp("ckpt-runs")
     result = train(data_dir, root, SMALL, "--name", "straight",
-                   sets=["train.max_steps=6", "train.save_every=2"])
+                   sets=["train.max_steps=6", "train.save_every=2", "train.eval_every=6"])
     assert result.returncode == 0, result.stderr
     return root
 

@@ -42,6 +42,9 @@ class RunState:
     window: dict = field(default_factory=dict)  # the open log window (figures.window_record)
     fixed: dict = field(default_factory=dict)   # the config keys a resume may not change
     validation: dict = field(default_factory=dict)  # what best_bleu was scored on ({}: before)
+    # best_bleu, best_step, bad_validations as they were before an end validation between the
+    # scheduled ones ({}: none): what an extension of the run goes on from (see Trainer._finish)
+    before_end: dict = field(default_factory=dict)
 
 
 def data_fingerprint(corpus) -> str:
@@ -71,17 +74,17 @@ def weights_are_finite(model: nn.Module) -> bool:
 
 def save_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
              state: RunState, cfg: TrainConfig, world: World, device: torch.device,
-             fingerprint: str, interrupted: bool = False) -> None:
-    """Save a step folder for `state.step`; never non-finite weights. `interrupted`: a save
-    that a signal asked for between the run's own (pruned once a newer save exists).
+             fingerprint: str, between: str | None = None) -> None:
+    """Save a step folder for `state.step`; never non-finite weights. `between`: why a save
+    falls between the run's own ("interrupted": a signal asked for it; "off_schedule": the run
+    ended at a limit there), so that it is pruned once a newer save exists.
 
     Every process takes part (the RNG states); rank 0 writes.
     """
     if not weights_are_finite(model):
         raise AttncliError(f"step {state.step}: the weights are not finite; not saved, the "
                            "previous checkpoint is intact")
-    record = {**state_record(state, cfg, world, device),
-              **({"interrupted": True} if interrupted else {})}
+    record = {**state_record(state, cfg, world, device), **({between: True} if between else {})}
     if world.primary:
         save_checkpoint(paths, model, optimizer, record, fingerprint, state.best_step,
                         cfg.keep_checkpoints)

@@ -68,7 +68,8 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
         if resumed is None and world.primary:
             held.enter_context(run_lock(paths))
         # the bar's total is set once the epoch's batches are cut (`banner`)
-        reporter = Reporter(paths.log, None, 0, earlier) if world.primary else SilentReporter()
+        reporter = (Reporter(paths.log, None, 0, earlier, hold_earlier=resumed is not None)
+                    if world.primary else SilentReporter())
         return _run(config, data, paths, reporter, world, device, resumed is not None,
                     from_step_0)
 
@@ -104,6 +105,8 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     if not from_step_0:
         folder = trainer.resume()
         trainer.metrics.read()  # a damaged line is refused before anything is rewritten
+        if forgotten := trainer.forget_end_validation():
+            reporter.line(forgotten)
         # scored with: as the checkpoint recorded (a crash after a rescore left config.yaml
         # already rewritten), else as config.yaml says (runs saved before it was recorded)
         recorded = trainer.state.validation or validation_settings(load_config(paths.config))

@@ -8,6 +8,10 @@ import sys
 import time
 from collections.abc import Iterator
 
+# Under a launcher, how soon after a signal its forwarded copy arrives at the latest (it comes
+# within milliseconds; a person's second Ctrl-C comes later).
+SIGNAL_ECHO_S = 2.0
+
 
 class StopSignal:
     """Turns SIGINT/SIGTERM into a flag checked between updates, so a checkpoint gets saved.
@@ -17,8 +21,12 @@ class StopSignal:
     disk is the last checkpoint, whole (saves are atomic).
     """
 
-    def __init__(self):
+    def __init__(self, echo_s: float = 0.0):
+        """`echo_s`: for a process under a launcher that forwards signals, the same signal
+        again within this many seconds is the launcher's copy of the first, not a second (a
+        terminal's Ctrl-C, `systemctl stop` or `scancel` signal every process at once)."""
         self.name: str | None = None
+        self.echo_s, self._first_at = echo_s, 0.0
         self._previous = {}
 
     def __enter__(self) -> StopSignal:
@@ -27,15 +35,17 @@ class StopSignal:
         return self
 
     def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if name == self.name and time.monotonic() - self._first_at < self.echo_s:
+            return  # the launcher's copy of the signal this process already got
         if self.name is not None:  # second signal: stop now
             signal.signal(signum, self._previous[signum])
-            name = signal.Signals(signum).name
             print(f"a second {name}: stopped at once; the run resumes from its last checkpoint",
                   file=sys.stderr, flush=True)
             if signum == signal.SIGTERM:
                 raise SystemExit(128 + signum)
             raise KeyboardInterrupt
-        self.name = signal.Signals(signum).name
+        self.name, self._first_at = name, time.monotonic()
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():

@@ -35,7 +35,7 @@ from attncli.training.feed import UpdateFeed
 from attncli.training.figures import UpdateFigures
 from attncli.training.optim import inverse_sqrt_lr, make_optimizer
 from attncli.training.step import compile_loss, train_step
-from attncli.training.stops import StopSignal, Stopwatch
+from attncli.training.stops import SIGNAL_ECHO_S, StopSignal, Stopwatch
 from attncli.training.validate import Validator
 
 
@@ -154,7 +154,7 @@ class Trainer:
         self.clock = Stopwatch(state.elapsed)
         self.figures = UpdateFigures(cfg, self.world, self.metrics, self.reporter, self.clock,
                                      state.window)
-        with StopSignal() as stop:
+        with StopSignal(SIGNAL_ECHO_S if self.world.distributed else 0.0) as stop:
             for update in self.feed.updates(state.epoch, state.batch_index):
                 state.epoch, state.batch_index = update.epoch, update.batch_index
                 self.trained_epoch = update.trained_epoch  # what logs label the step with
@@ -214,7 +214,7 @@ class Trainer:
             return reason
         step = self.state.step
         if step % self.cfg.eval_every == 0:
-            if self.validate() and reason is None:
+            if self.validate():  # wins over a signal, as a limit does (see `_agreed_stop`)
                 reason = "patience"
             self.save()
         elif self.cfg.save_every and step % self.cfg.save_every == 0:
@@ -233,11 +233,14 @@ class Trainer:
         if reason == "nonfinite" or self.figures.nonfinite_in_row:
             self._refuse_nonfinite_weights(reason)
         if reason == "signal":
-            self.save(interrupted=True)  # a no-op where this step was saved as due
+            self.save("interrupted")  # a no-op where this step was saved as due
             return stop.name or "SIGTERM"  # the signal reached another process
-        if self.state.last_validated != self.state.step:
+        step = self.state.step
+        if self.state.last_validated != step:
+            if step % self.cfg.eval_every:  # not scheduled: a run extended later forgets it
+                self.state.before_end = self._decisions()
             self.validate()
-        self.save()
+        self.save(None if self._save_due(step) else "off_schedule")
         self.reporter.line(f"stopped at step {self.state.step} ({reason}); best greedy val BLEU "
                            f"{self.state.best_bleu:.2f}; run folder {self.paths.root}")
         if self.cfg.average_last and self.world.primary:
@@ -283,14 +286,40 @@ class Trainer:
             plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)
         return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
 
-    def save(self, interrupted: bool = False) -> None:
-        """Save a step folder for the current step, once per step (`interrupted`: one that a
-        signal asked for between the run's own saves)."""
+    def _save_due(self, step: int) -> bool:
+        """Whether the schedule saves at `step` (eval_every, save_every)."""
+        cfg = self.cfg
+        return step % cfg.eval_every == 0 or bool(cfg.save_every and step % cfg.save_every == 0)
+
+    def _decisions(self) -> dict:
+        """What validations decide by: best so far, and patience's count."""
+        state = self.state
+        return {"best_bleu": state.best_bleu, "best_step": state.best_step,
+                "bad_validations": state.bad_validations}
+
+    def forget_end_validation(self) -> str | None:
+        """On a resume from a run that ended at a limit between scheduled validations: best
+        and patience as the scheduled validations left them (the end validation scored the
+        run's last weights for that end; an uninterrupted run would not have made it, and it
+        would stop an extension early on patience or change its best and its average). The
+        log line, when there was one to forget."""
+        state, before = self.state, self.state.before_end
+        if not before:
+            return None
+        state.best_bleu, state.best_step = before["best_bleu"], before["best_step"]
+        state.bad_validations, state.before_end = before["bad_validations"], {}
+        best = "none yet" if state.best_step is None else f"step-{state.best_step}"
+        return (f"the validation at step {state.step}, made because the run ended there, does "
+                f"not count on: best ({best}) and patience go on from the scheduled validations")
+
+    def save(self, between: str | None = None) -> None:
+        """Save a step folder for the current step, once per step (`between`: why it falls
+        between the run's own saves, see `save_run`)."""
         if self.saved_step == self.state.step:
             return
         self.state.window = self.figures.window_record()
         self.state.fixed = self.fixed_settings
         self.state.validation = validation_settings(self.config)
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
-                 self.device, self.fingerprint, interrupted)
+                 self.device, self.fingerprint, between)
         self.saved_step = self.state.step
