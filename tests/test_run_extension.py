@@ -12,10 +12,9 @@ import os
 import signal
 
 from helpers import SMALL, metrics, resume, train
+from test_signal_stops import signal_during_update
 
-from attncli.training import trainer as trainer_module
 from attncli.training.stops import StopSignal
-from attncli.training.trainer import Trainer
 
 # A tiny model validates at BLEU 0 every time: the first is best, each later one a bad one.
 SCHEDULE = ["train.eval_every=4", "train.save_every=4", "train.patience=2",
@@ -51,21 +50,7 @@ def test_patience_running_out_in_an_update_a_signal_hits_ends_the_run(data_dir, 
                                                                     monkeypatch):
     """The signal stop won: a save at step 8 whose resume was refused (patience reached), and
     the end's averaging never done."""
-    real = trainer_module.train_step
-
-    def signalled(*args, **kwargs):
-        if signalled.trainer.state.step + 1 == 8:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args, **kwargs)
-
-    real_run = Trainer.run
-
-    def run(trainer: Trainer):
-        signalled.trainer = trainer
-        return real_run(trainer)
-
-    monkeypatch.setattr(trainer_module, "train_step", signalled)
-    monkeypatch.setattr(Trainer, "run", run)
+    signal_during_update(monkeypatch, 8)
     result = train(data_dir, tmp_path, SMALL, "--name", "both",
                    sets=[*SCHEDULE, "train.patience=1", "train.max_steps=20"])
     assert result.returncode == 0, result.stderr

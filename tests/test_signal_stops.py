@@ -20,7 +20,7 @@ from attncli.training.validate import score_weights
 SETS = ["train.max_steps=6", "train.save_every=2", "train.eval_every=2"]
 
 
-def _signal_during_update(monkeypatch, step: int, sig: int = signal.SIGTERM) -> None:
+def signal_during_update(monkeypatch, step: int, sig: int = signal.SIGTERM) -> None:
     """Send `sig` while the update that makes `step` trains."""
     real = trainer_module.train_step
 
@@ -54,7 +54,7 @@ def signal_during_validation(monkeypatch, step: int, times: int = 1) -> None:
 
 
 def test_a_signal_in_the_last_update_lets_the_run_end_whole(data_dir, tmp_path, monkeypatch):
-    _signal_during_update(monkeypatch, 6)
+    signal_during_update(monkeypatch, 6)
     result = train(data_dir, tmp_path, SMALL, "--name", "end", sets=SETS)
     assert result.returncode == 0, result.stderr
     run = tmp_path / "end"
@@ -66,7 +66,7 @@ def test_a_signal_in_the_last_update_lets_the_run_end_whole(data_dir, tmp_path, 
 
 def test_a_signal_in_an_update_due_for_validation_validates_it_first(data_dir, tmp_path,
                                                                      monkeypatch):
-    _signal_during_update(monkeypatch, 4, signal.SIGINT)
+    signal_during_update(monkeypatch, 4, signal.SIGINT)
     result = train(data_dir, tmp_path, SMALL, "--name", "mid", sets=SETS)
     assert result.returncode == 130, result.stderr
     run = tmp_path / "mid"
@@ -122,7 +122,7 @@ def test_a_save_a_signal_made_between_saves_goes_once_a_newer_one_exists(data_di
     averaged steps 2, 3, 4, 6 where the uninterrupted one averages 2, 4, 6."""
     sets = [*SETS, "train.average_last=3"]
     with monkeypatch.context() as patch:
-        _signal_during_update(patch, 3)
+        signal_during_update(patch, 3)
         assert train(data_dir, tmp_path, SMALL, "--name", "cut", sets=sets).returncode == 143
     run = tmp_path / "cut"
     state = json.loads((run / "checkpoints" / "step-3" / "state.json").read_text())
