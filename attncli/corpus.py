@@ -173,12 +173,14 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
 
 
 def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:
-    """The piece count the model(s) got: SentencePiece stops short of tokenizer.vocab_size
-    where the text has fewer pieces to give (a soft limit), which the log must not hide."""
+    """The piece count the model(s) got, by side when they are two: SentencePiece stops short
+    of tokenizer.vocab_size where the text has fewer pieces to give (a soft limit), which the
+    log must not hide, for either side."""
     tokenizer = tokenizer_from_bytes(models)
-    sizes = sorted({tokenizer.src.get_piece_size(), tokenizer.tgt.get_piece_size()})
-    got = " and ".join(f"{n:,}" for n in sizes)
-    if max(sizes) < asked:
+    sizes = {"src": tokenizer.src.get_piece_size(), "tgt": tokenizer.tgt.get_piece_size()}
+    got = (f"{sizes['src']:,}" if len(models) == 1  # one joint model
+           else " and ".join(f"{side} {n:,}" for side, n in sizes.items()))
+    if min(sizes.values()) < asked:
         return (f"{got} pieces: fewer than tokenizer.vocab_size={asked:,}, all this text "
                 f"gives")
     return f"{got} pieces"

@@ -92,12 +92,6 @@ def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: in
     return ids
 
 
-# What stands for a source that encode_sources turned into its EOS alone: the tokenizer dropped
-# every character (a zero-width space, control characters), and the model would "translate"
-# nothing as confidently as a sentence; translate and serve refuse it like an empty text.
-NOTHING_KEPT = "no text the tokenizer keeps (only invisible or control characters)"
-
-
 def source_subword_limit(max_positions: int) -> int:
     """The most subwords of a source that are translated (then its EOS)."""
     return max(max_positions - SOURCE_MARGIN, 2) - 1

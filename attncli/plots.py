@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,6 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
                    title: str, head: int | None = None) -> None:
     """Cross-attention of one layer, (heads, tgt_len, src_len), saved as a PNG: one panel per
     head plus their mean, or the one `head` asked for."""
-    import warnings
-
     import numpy as np
 
     plt = _pyplot()
@@ -99,9 +98,10 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
     cell = 0.28  # inches per token
     width = max(3.0, 1.2 + cell * len(src_pieces))
     height = max(2.5, 1.2 + cell * len(tgt_pieces))
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * width, rows * height), squeeze=False)
-    with warnings.catch_warnings():  # glyphs missing from the font (CJK) are not worth a warning
-        warnings.simplefilter("ignore")
+    fonts = ["DejaVu Sans", *wide_script_fonts([*src_pieces, *tgt_pieces])]
+    with plt.rc_context({"font.family": fonts}):  # matplotlib falls back glyph by glyph
+        fig, axes = plt.subplots(rows, cols, squeeze=False,
+                                 figsize=(max(cols * width, 0.075 * len(title)), rows * height))
         for ax, (name, data) in zip(axes.flat, panels, strict=False):
             ax.imshow(data, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
             ax.set_title(name, fontsize=9)
@@ -115,3 +115,29 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
         fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def wide_script_fonts(texts: Sequence[str]) -> list[str]:
+    """Installed CJK fonts, when `texts` hold wide (CJK) characters: matplotlib's default
+    font has none of their glyphs and drew each as an empty box. matplotlib's font list is
+    cached when it is first built, so fonts installed since are looked up on the disk; without
+    any, one warning says what to install."""
+    import unicodedata
+
+    if not any(unicodedata.east_asian_width(c) in "WF" for text in texts for c in text):
+        return []
+    from matplotlib import font_manager
+
+    def cjk() -> list[str]:  # sans-serif first, simplified Chinese first among them
+        names = {f.name for f in font_manager.fontManager.ttflist if "CJK" in f.name}
+        return sorted(names, key=lambda n: ("Sans CJK" not in n, not n.endswith(" SC"), n))
+
+    if not (names := cjk()):
+        for font in font_manager.findSystemFonts():
+            if "cjk" in Path(font).name.lower():
+                font_manager.fontManager.addfont(font)
+        names = cjk()
+    if not names:
+        print("warning: no CJK font found, so the heatmap's Chinese, Japanese or Korean labels "
+              "are empty boxes; install one (Debian/Ubuntu: fonts-noto-cjk)", file=sys.stderr)
+    return names

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -24,9 +25,27 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 FULL_WIDTH_PUNCTUATION = {"zh", "ja", "ko"}
 
 
+# ISO 639-3 (and -2) codes of the languages above, which data sets use too (Tatoeba: cmn).
+_CJK_CODES = {"cmn": "zh", "zho": "zh", "chi": "zh", "yue": "zh", "wuu": "zh", "lzh": "zh",
+              "jpn": "ja", "kor": "ko"}
+
+
+# What `translate` and `serve` say of a text with no visible character (a zero-width space,
+# control characters): nmt_nfkc drops them all and identity keeps them as pieces, and either way
+# the model would translate nothing as confidently as a sentence. Refused like an empty text.
+NO_TEXT = "only invisible or control characters, no text"
+_INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # controls, formats, separators
+
+
+def no_visible_text(text: str) -> bool:
+    """Whether `text` has no character but invisible ones (see NO_TEXT)."""
+    return all(unicodedata.category(c) in _INVISIBLE or c.isspace() for c in text)
+
+
 def base_language(code: str) -> str:
-    """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt'."""
-    return code.lower().replace("_", "-").split("-")[0]
+    """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'zh' (see _CJK_CODES)."""
+    base = code.lower().replace("_", "-").split("-")[0]
+    return _CJK_CODES.get(base, base)
 
 
 def normalization_rule(setting: str, languages: Sequence[str]) -> str:

@@ -1,7 +1,7 @@
 """`attncli translate`: sentences from arguments, a file or standard input, through a run.
 
 Input is read and translated in chunks, so a pipe of any size streams through in bounded
-memory. A bad line (empty, not UTF-8, a NUL byte, nothing the tokenizer keeps) is reported on
+memory. A bad line (empty, not UTF-8, a NUL byte, only invisible characters) is reported on
 stderr with its number while the others are still translated, and its place in the output is
 an empty line (under --json a record with its error), so output line k is input line k; the
 command then exits 2. Output
@@ -24,10 +24,11 @@ from typing import BinaryIO, TextIO
 from attncli.atomic import output_file_problem, replacing_file
 from attncli.average import describe
 from attncli.errors import AttncliError
-from attncli.evaluate import NOTHING_KEPT, decode_ids, encode_sources, load_for_decoding
+from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 from attncli.plots import attention_table, plot_attention
 from attncli.runs import find_latest_run
 from attncli.search import Hypothesis
+from attncli.tokenizer import NO_TEXT, no_visible_text
 from attncli.trained import TrainedModel
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
@@ -47,7 +48,9 @@ class _Input:
 def _check(number: int, label: str, text: str) -> _Input:
     if "\x00" in text:  # valid UTF-8, but not text: UTF-16 read as UTF-8 looks like this
         return _Input(number, label, "", "a NUL byte (is it UTF-16? attncli reads UTF-8)")
-    return _Input(number, label, text, None if text.strip() else "empty input")
+    if not text.strip():
+        return _Input(number, label, text, "empty input")
+    return _Input(number, label, text, NO_TEXT if no_visible_text(text) else None)
 
 
 def _from_arguments(texts: Sequence[str]) -> Iterator[_Input]:
@@ -150,9 +153,11 @@ class _AttentionView:
                      title: str) -> None:
         """A pipe gets the table as wide as it needs; a terminal gets it in blocks of source
         columns that fit (squeezed to its width, rich cut labels short and dropped the last
-        columns, `</s>` among them, without a word)."""
-        label = max(map(len, tgt)) + 1
-        widths = [max(len(p), 3) + 1 for p in src]
+        columns, `</s>` among them, without a word). Widths in terminal cells."""
+        from rich.cells import cell_len  # a CJK character takes two cells, not one
+
+        label = max(map(cell_len, tgt)) + 1
+        widths = [max(cell_len(p), 3) + 1 for p in src]
         if not self.console.is_terminal:
             self.console.width = max(80, label + sum(widths))
         blocks, start, used = [], 0, label
@@ -195,9 +200,8 @@ def _open_inputs(texts: Sequence[str], input_file: Path | None,
 def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest: int,
                      need_attention: bool) -> dict[int, tuple[list[int], list[Hypothesis]]]:
     """Source ids (after any cut, with a warning) and hypotheses of the good inputs, by input
-    number. An input that leaves no subword once tokenized (only invisible or control
-    characters, which the tokenizer drops) gets a ``problem`` instead: the model would have
-    translated nothing, as if it were a sentence."""
+    number. An input that leaves no subword once tokenized gets a ``problem`` instead (see
+    `tokenizer.NO_TEXT`; `_check` finds most of them from the text already)."""
 
     def warn(i: int, length: int, kept: int) -> None:
         print(f"warning: {good[i].label}: {length} subwords, only the first {kept} are "
@@ -207,7 +211,7 @@ def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest
                              trained.config.model.max_positions, warn)
     for item, ids in zip(good, src_ids, strict=True):
         if len(ids) == 1:  # EOS alone
-            item.problem = NOTHING_KEPT
+            item.problem = NO_TEXT
     kept = [(item, ids) for item, ids in zip(good, src_ids, strict=True) if item.problem is None]
     hyps = decode_ids(trained, [ids for _, ids in kept], beam, nbest, need_attention) if kept \
         else []

@@ -51,3 +51,24 @@ def test_the_model_is_left_as_it_was():
     for module in model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks
     assert torch.equal(model(src, tgt), before)  # the fused path, as before
+
+
+def test_a_heatmap_of_chinese_pieces_draws_their_glyphs(tmp_path):
+    """matplotlib's default font has no CJK glyphs: every Chinese label of an en-zh heatmap
+    was an empty box (and the warnings saying so were silenced)."""
+    import warnings
+
+    import numpy as np
+
+    from attncli.plots import plot_attention, wide_script_fonts
+
+    if not wide_script_fonts(["猫"]):
+        pytest.skip("no CJK font installed on this machine")
+    assert wide_script_fonts(["a cat", "</s>"]) == []  # looked for only where needed
+    weights = np.full((2, 3, 4), 0.25, dtype=np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plot_attention(weights, ["▁我", "爱", "你", "</s>"], ["▁I", "▁love", "</s>"],
+                       tmp_path / "zh.png", "argument 1: cross-attention, decoder layer 1")
+    assert not [w for w in caught if "missing from font" in str(w.message)]
+    assert (tmp_path / "zh.png").read_bytes()[:4] == b"\x89PNG"

@@ -169,11 +169,11 @@ BAD = {
                                                   "alternatives": "\u00b2"}, 400,
                                    "must be an integer"),
     "a NUL character": ("/v1/translate", {"text": ["a\u0000b"]}, 400, "a NUL character"),
-    # the tokenizer keeps nothing of these: the model "translated" an empty source
+    # no visible character: the model "translated" an empty source (or the invisible pieces)
     "a zero-width space": ("/translate", {"q": "\u200b", "source": "en", "target": "de"}, 400,
-                           "q: no text the tokenizer keeps"),
+                           "q: only invisible or control characters, no text"),
     "control characters": ("/v1/translate", {"text": ["a b", "\u0001\u0002"]}, 400,
-                           "text[1]: no text the tokenizer keeps"),
+                           "text[1]: only invisible or control characters, no text"),
     "alternatives of 5,000 digits": ("/translate", {"q": "hi", "source": "en", "target": "de",
                                                     "alternatives": "9" * 5000}, 400,
                                      "(5000 digits) is out of range"),

@@ -78,3 +78,23 @@ def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
     assert _pieces_said(models, 8000) == (f"{got:,} pieces: fewer than "
                                           "tokenizer.vocab_size=8,000, all this text gives")
     assert _pieces_said(models, got) == f"{got:,} pieces"
+    # separate models: each side said, and one side short is said too (was hidden)
+    both = train_models(TokenizerConfig(vocab_size=got, joint=False), texts.__getitem__,
+                        ("en", "zh"))
+    sides = tokenizer_from_bytes(both)
+    src, tgt = sides.src.get_piece_size(), sides.tgt.get_piece_size()
+    assert min(src, tgt) < got
+    assert _pieces_said(both, got) == (f"src {src:,} and tgt {tgt:,} pieces: fewer than "
+                                       f"tokenizer.vocab_size={got:,}, all this text gives")
+
+
+def test_other_codes_for_chinese_japanese_and_korean_are_those_languages():
+    """Tatoeba writes Mandarin as cmn: it got NFKC (，？！ turned ASCII) and whitespace BLEU
+    (0.00 for near-perfect output)."""
+    from attncli.evaluate import bleu_tokenizer
+    from attncli.tokenizer import base_language, normalization_rule
+
+    assert [base_language(c) for c in ("cmn", "zho", "yue", "jpn", "kor", "zh-Hant")] == [
+        "zh", "zh", "zh", "ja", "ko", "zh"]
+    assert normalization_rule("auto", ("en", "cmn")) == "identity"
+    assert bleu_tokenizer("cmn") == "zh"

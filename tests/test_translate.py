@@ -290,10 +290,22 @@ def test_a_line_the_tokenizer_keeps_nothing_of_is_refused_like_an_empty_one(work
     assert out.returncode == 2
     records = [json.loads(r) for r in out.stdout.splitlines()]
     assert [r["source"] is None for r in records] == [False, True, True, False]
-    problem = "no text the tokenizer keeps (only invisible or control characters)"
+    problem = "only invisible or control characters, no text"
     assert records[1]["error"] == records[2]["error"] == problem
     assert _error_lines(out.stderr)[-1] == ("error: 2 of 4 inputs could not be translated "
                                              "(see above)")
+
+
+def test_invisible_text_is_found_from_the_text_whatever_the_tokenizer_keeps():
+    """An identity-normalized tokenizer (any joint model with zh, ja or ko) keeps a zero-width
+    space or a control character as a piece: a check on the tokens let them through."""
+    from attncli.translate import _check
+
+    problem = "only invisible or control characters, no text"
+    for text in ("\u200b", "\u200b \u2060\ufeff", "\x01\x02", "\u3000\u200b"):
+        assert _check(1, "argument 1", text).problem == problem
+    for text in ("猫", "a\u200b", "\u200b。", "🙂"):
+        assert _check(1, "argument 1", text).problem is None
 
 
 @pytest.mark.parametrize("args, message", [
@@ -485,3 +497,25 @@ def test_a_wide_heatmap_in_a_terminal_comes_in_blocks_that_keep_every_column():
     assert all(piece in text for piece in src) and "…" not in text
     assert "(source pieces 1-" in text and f"of {len(src)})" in text
     assert max(map(len, text.splitlines())) <= 60
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_heatmap_of_chinese_pieces_keeps_every_column_whole(terminal):
+    """A CJK character takes two cells: counted as one, the blocks (and a pipe's width) came
+    out too narrow, and rich cut pieces short and dropped `</s>`."""
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from attncli.translate import _AttentionView
+
+    src = ["▁如果", "不是", "因为", "有", "你的", "帮助", "，", "我", "不可能", "完成", "了",
+           "这个", "工作", "。", "我很", "确定", "，", "汤姆", "是", "唯一", "能", "告诉",
+           "我们", "需要", "知道", "的", "事情", "的人", "。", "</s>"]
+    tgt = ["▁If", "▁it", "</s>"]
+    view = _AttentionView.__new__(_AttentionView)
+    view.console = Console(force_terminal=terminal, width=80, record=True, color_system=None)
+    view._print_table([[1 / len(src)] * len(src)] * len(tgt), src, tgt, "attention")
+    text = view.console.export_text()
+    assert "…" not in text and all(piece in text for piece in src)
+    if terminal:
+        assert max(map(cell_len, text.splitlines())) <= 80

@@ -33,7 +33,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from attncli.evaluate import NOTHING_KEPT
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.requests import (
     Limits,
@@ -44,6 +43,7 @@ from attncli.serve.requests import (
     parse_body,
 )
 from attncli.serve.translator import LANGUAGE_NAMES, Settings, Translation, Translator, Work
+from attncli.tokenizer import NO_TEXT
 
 STATIC = Path(__file__).parent / "static"
 # The page runs its own script and style only, and talks to this server only.
@@ -227,8 +227,8 @@ class Service:
                                     "attention weights (serve with --engine torch for them)")
         src_ids, cut = self.translator.encode(req.texts)
         for i, ids in enumerate(src_ids):
-            if len(ids) == 1:  # its EOS alone (see evaluate.NOTHING_KEPT)
-                raise RequestError(400, f"{req.text_label(i)}: {NOTHING_KEPT}")
+            if len(ids) == 1:  # its EOS alone (`_texts` finds most of them from the text)
+                raise RequestError(400, f"{req.text_label(i)}: {NO_TEXT}")
         try:
             future = self.batcher.submit(Settings(req.beam, req.n_best),
                                          Work(src_ids, req.attention), len(src_ids),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from attncli.tokenizer import base_language
+from attncli.tokenizer import NO_TEXT, base_language, no_visible_text
 
 
 class RequestError(Exception):
@@ -139,6 +139,8 @@ def _texts(value: Any, field: str, limits: Limits) -> list[str]:
         where = f"{field}" if isinstance(value, str) else f"{field}[{number - 1}]"
         if not text.strip():
             raise RequestError(400, f"{where}: empty text")
+        if no_visible_text(text):
+            raise RequestError(400, f"{where}: {NO_TEXT}")
         if "\x00" in text:  # as `attncli translate` refuses it: not text
             raise RequestError(400, f"{where}: a NUL character; send text")
     chars = sum(len(t) for t in texts)
