@@ -26,6 +26,7 @@ import torch
 from attncli.atomic import output_folder_problem, remove_temp_entries, replaced_folder
 from attncli.checkpoint import MODEL_FILE
 from attncli.errors import AttncliError
+from attncli.tokenizer import BOS_ID, PAD_ID
 
 if TYPE_CHECKING:
     from attncli.search import SentenceDone
@@ -212,7 +213,11 @@ class CTranslate2Engine:
             raise AttncliError(f"{folder}: no CTranslate2 model exported by attncli here; make "
                                f"one with `attncli export RUN --to ctranslate2`")
         self.folder, self.metadata = folder, _read_metadata(folder / METADATA)
-        self.translator = open_translator(folder, threads)
+        try:
+            self.translator = open_translator(folder, threads)
+        except RuntimeError as err:  # CTranslate2's own: a damaged or truncated model.bin
+            raise AttncliError(f"{folder / 'model.bin'}: unreadable ({err}); export again with "
+                               "`attncli export RUN --to ctranslate2 --force`") from None
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 
     def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int,
@@ -232,6 +237,7 @@ class CTranslate2Engine:
             [[self.tokenizer.src.id_to_piece(t) for t in src_ids[i]] for i in rows],
             beam_size=beam, num_hypotheses=nbest, max_decoding_length=limit,
             length_penalty=self.cfg.length_penalty, return_scores=True, max_batch_size=64,
+            suppress_sequences=banned_pieces(self.tokenizer.tgt.id_to_piece),
             no_repeat_ngram_size=self.cfg.no_repeat_ngram_size, asynchronous=True))
             for limit, rows in groups.items()]
         results: list = [None] * len(src_ids)
@@ -254,6 +260,12 @@ class CTranslate2Engine:
         return max(1, min(limit, math.floor(self.cfg.max_len_a * src_len + self.cfg.max_len_b)))
 
 
+def banned_pieces(id_to_piece) -> list[list[str]]:
+    """PAD and BOS, which attncli's search never generates (`search._restrict`), banned in
+    CTranslate2 too: it chose `<s>` where the model ranked it first, and outputs differed."""
+    return [[id_to_piece(PAD_ID)], [id_to_piece(BOS_ID)]]
+
+
 def weights_digest(checkpoint: Path) -> str:
     """SHA-256 of a checkpoint folder's weights file: what an export records of the weights it
     was made from, so that another run's export, or one older than a checkpoint written again
@@ -268,20 +280,25 @@ def weights_digest(checkpoint: Path) -> str:
 def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) -> None:
     """Refuse an export whose recorded weights are not those of `checkpoint` (the folder of
     the checkpoint it names, in `run_dir`). Not checked: exports made before attncli 0.5
-    (nothing recorded), and the run's own export of a checkpoint since pruned."""
-    recorded = engine.metadata.get("weights_sha256")
-    if recorded is None:
-        return
-    if (checkpoint / MODEL_FILE).is_file():
+    (no digest) are checked by the run they record, and the run's own export of a checkpoint
+    since pruned is not checked."""
+    recorded, made_by = engine.metadata.get("weights_sha256"), engine.metadata.get("run")
+    own = made_by is None or Path(made_by).resolve() == Path(run_dir).resolve()
+    if recorded is None and own:
+        return  # nothing recorded to compare
+    if recorded is not None and (checkpoint / MODEL_FILE).is_file():
         if weights_digest(checkpoint) == recorded:
             return
-    elif Path(engine.metadata.get("run", "")).resolve() == Path(run_dir).resolve():
+    elif own:
         return  # the run's own export of a checkpoint since pruned: nothing to compare
-    which = f" --checkpoint {checkpoint.name}" if checkpoint.is_dir() else ""
+    if not (checkpoint / MODEL_FILE).is_file():
+        raise AttncliError(f"{engine.folder}: this export was made from another run's weights "
+                           f"({made_by}, its {checkpoint.name}); export this run: `attncli "
+                           f"export {run_dir}`")
     raise AttncliError(
         f"{engine.folder}: this export was made from other weights than {run_dir}'s "
         f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
-        f"again); export this run: `attncli export {run_dir}{which}`")
+        f"again); export this run: `attncli export {run_dir} --checkpoint {checkpoint.name}`")
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

@@ -99,7 +99,50 @@ def test_an_export_of_other_weights_is_refused(run, data_dir, tmp_path):
     metadata.write_text(json.dumps({**made, "checkpoint": "step-999"}))
     asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
                     data_dir=data_dir)
-    assert_one_line_error(asked, f"export this run: `attncli export {copy}`")
+    # named as the other run's step (it read as this run's step-999)
+    assert_one_line_error(asked, f"this export was made from another run's weights ({run}, its "
+                                 f"step-999); export this run: `attncli export {copy}`")
+    # an export made before digests were recorded: checked by the run it records (was used)
+    legacy = {k: v for k, v in made.items() if k != "weights_sha256"}
+    metadata.write_text(json.dumps(legacy))
+    asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
+                    data_dir=data_dir)
+    assert_one_line_error(asked, "this export was made from other weights than")
+    metadata.write_text(json.dumps({**legacy, "run": str(copy)}))
+    own = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
+                  data_dir=data_dir)
+    assert own.returncode == 0, own.stderr
+
+
+def test_a_damaged_model_file_is_one_line(run, data_dir, tmp_path):
+    folder = Path(shutil.copytree(run / "ctranslate2", tmp_path / "damaged"))
+    (folder / "model.bin").write_bytes(b"x")
+    result = run_cli("translate", "hi", "--run", str(run), "--engine", "ctranslate2",
+                     "--exported", str(folder))
+    assert_one_line_error(result, f"{folder / 'model.bin'}: unreadable")
+
+
+def test_the_exported_engine_never_writes_bos_or_pad_as_attncli_does(run, data_dir, tmp_path):
+    """A model that ranks <s> first (a short run can): CTranslate2 wrote it where attncli's
+    search bans it, and the detokenized outputs differed without a trace of why."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from attncli.tokenizer import BOS_ID
+
+    copy = Path(shutil.copytree(run, tmp_path / "bos"))
+    made = json.loads((copy / "ctranslate2" / "attncli.json").read_text())
+    weights = copy / "checkpoints" / made["checkpoint"] / "model.safetensors"
+    with safe_open(str(weights), "pt") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118
+    tensors["output_bias"][BOS_ID] += 6.0
+    save_file(tensors, str(weights), metadata=metadata)
+    exported = run_cli("export", str(copy), "--force", "--checkpoint", made["checkpoint"])
+    assert exported.returncode == 0, exported.stderr
+    args = ("--checkpoint", made["checkpoint"], "--beam", "1")
+    ours, _ = _hypotheses(copy, data_dir, *args)
+    theirs, _ = _hypotheses(copy, data_dir, *args, "--engine", "ctranslate2")
+    assert theirs == ours
 
 
 def test_an_unwritable_export_folder_is_refused_before_converting(run, tmp_path):

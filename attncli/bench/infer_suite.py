@@ -54,7 +54,7 @@ def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, 
     `--engine ctranslate2` runs it: output_len + 1 decoder steps per sentence, as above."""
     import tempfile
 
-    from attncli.export import build_spec, open_translator, write_spec
+    from attncli.export import banned_pieces, build_spec, open_translator, write_spec
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", *(f"t{i}" for i in range(EOS_ID + 1, vocab))]
     rows = []
@@ -69,7 +69,7 @@ def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, 
                 def run(batch=batch, beam=beam, found=found) -> None:
                     found[:] = translator.translate_batch(
                         batch, beam_size=beam, max_decoding_length=output_len + 1,
-                        max_batch_size=64)
+                        max_batch_size=64, suppress_sequences=banned_pieces(pieces.__getitem__))
 
                 timing = measure(run, warmup, repeats, torch.device("cpu"))
                 rows.append(_row("ctranslate2 ", beam, batch_size, timing,
