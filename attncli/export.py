@@ -160,7 +160,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     with replaced_folder(target) as staging:
         write_spec(spec, staging, quantization)
         (staging / METADATA).write_text(json.dumps({
-            "run": str(trained.paths.root), "checkpoint": trained.checkpoint.name,
+            "run": str(trained.paths.root.resolve()), "checkpoint": trained.checkpoint.name,
             "weights_sha256": weights_digest(trained.checkpoint),
             "quantization": quantization, "max_positions": trained.config.model.max_positions},
             indent=1))
@@ -283,7 +283,7 @@ def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) 
     (no digest) are checked by the run they record, and the run's own export of a checkpoint
     since pruned is not checked."""
     recorded, made_by = engine.metadata.get("weights_sha256"), engine.metadata.get("run")
-    own = made_by is None or Path(made_by).resolve() == Path(run_dir).resolve()
+    own = _made_by(engine, run_dir)
     if recorded is None and own:
         return  # nothing recorded to compare
     if recorded is not None and (checkpoint / MODEL_FILE).is_file():
@@ -299,6 +299,17 @@ def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) 
         f"{engine.folder}: this export was made from other weights than {run_dir}'s "
         f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
         f"again); export this run: `attncli export {run_dir} --checkpoint {checkpoint.name}`")
+
+
+def _made_by(engine: CTranslate2Engine, run_dir: Path) -> bool:
+    """Whether the export is `run_dir`'s own: inside it (its ctranslate2/ folder), or recording
+    it. Exports before this check recorded the run as given, relative to a working folder no
+    longer known: those are taken as the run's own (nothing to tell them apart by)."""
+    run = Path(run_dir).resolve()
+    made_by = engine.metadata.get("run")
+    if made_by is None or engine.folder.resolve().is_relative_to(run):
+        return True
+    return not Path(made_by).is_absolute() or Path(made_by).resolve() == run
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

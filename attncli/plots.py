@@ -85,6 +85,8 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
                    title: str, head: int | None = None) -> None:
     """Cross-attention of one layer, (heads, tgt_len, src_len), saved as a PNG: one panel per
     head plus their mean, or the one `head` asked for."""
+    import warnings
+
     import numpy as np
 
     plt = _pyplot()
@@ -99,7 +101,10 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
     width = max(3.0, 1.2 + cell * len(src_pieces))
     height = max(2.5, 1.2 + cell * len(tgt_pieces))
     fonts = ["DejaVu Sans", *wide_script_fonts([*src_pieces, *tgt_pieces])]
-    with plt.rc_context({"font.family": fonts}):  # matplotlib falls back glyph by glyph
+    with plt.rc_context({"font.family": fonts}), warnings.catch_warnings():
+        # matplotlib falls back glyph by glyph; a glyph no font has (a script with no font
+        # installed) is a box, and its two-line warning per character is not worth printing
+        warnings.simplefilter("ignore")
         fig, axes = plt.subplots(rows, cols, squeeze=False,
                                  figsize=(max(cols * width, 0.075 * len(title)), rows * height))
         for ax, (name, data) in zip(axes.flat, panels, strict=False):
@@ -117,6 +122,11 @@ def plot_attention(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
     atomic_write_bytes(path, buffer.getvalue())
 
 
+# How Unicode names the characters of Chinese, Japanese and Korean (emoji are wide too, and
+# their fonts another matter).
+CJK_NAMES = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "IDEOGRAPHIC", "FULLWIDTH")
+
+
 def wide_script_fonts(texts: Sequence[str]) -> list[str]:
     """Installed CJK fonts, when `texts` hold wide (CJK) characters: matplotlib's default
     font has none of their glyphs and drew each as an empty box. matplotlib's font list is
@@ -124,7 +134,7 @@ def wide_script_fonts(texts: Sequence[str]) -> list[str]:
     any, one warning says what to install."""
     import unicodedata
 
-    if not any(unicodedata.east_asian_width(c) in "WF" for text in texts for c in text):
+    if not any(unicodedata.name(c, "").startswith(CJK_NAMES) for text in texts for c in text):
         return []
     from matplotlib import font_manager
 

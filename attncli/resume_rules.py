@@ -109,8 +109,11 @@ VALIDATION_KEYS = (("data", "valid_limit"), ("data", "val"), ("decode", "max_len
 def validation_settings(config: Config) -> dict[str, Any]:
     """What validation scores with, 'section.key' -> value; each save records them beside the
     best BLEU they gave."""
+    from attncli.evaluate import bleu_tokenizer  # here: evaluate imports this module's users
+
     values = config.to_dict()
-    return {f"{section}.{key}": values[section][key] for section, key in VALIDATION_KEYS}
+    settings = {f"{section}.{key}": values[section][key] for section, key in VALIDATION_KEYS}
+    return {**settings, "bleu.tokenize": bleu_tokenizer(config.data.tgt)}
 
 
 def validation_changes(recorded: dict[str, Any], wanted: Config) -> list[str]:
@@ -118,8 +121,18 @@ def validation_changes(recorded: dict[str, Any], wanted: Config) -> list[str]:
     the settings the checkpoint's best BLEU was scored with (`validation_settings`): that best
     was scored otherwise, and cannot be compared with the next ones as it is."""
     new = validation_settings(wanted)
+    recorded = {"bleu.tokenize": _former_bleu_tokenizer(wanted.data.tgt), **recorded}
     return [f"{key} {recorded[key]!r} -> {new[key]!r}"
             for key in new if key in recorded and recorded[key] != new[key]]
+
+
+def _former_bleu_tokenizer(tgt: str) -> str:
+    """The sacreBLEU tokenizer of saves that did not record one: CJK targets were known by
+    their two-letter codes only (Tatoeba's `cmn` was scored with 13a)."""
+    from attncli.evaluate import bleu_tokenizer
+
+    base = tgt.lower().replace("_", "-").split("-")[0]
+    return bleu_tokenizer(base) if base in ("zh", "ja", "ko") else "13a"
 
 
 def model_fingerprint(model: ModelConfig) -> str:

@@ -56,7 +56,6 @@ def test_the_model_is_left_as_it_was():
 def test_a_heatmap_of_chinese_pieces_draws_their_glyphs(tmp_path):
     """matplotlib's default font has no CJK glyphs: every Chinese label of an en-zh heatmap
     was an empty box (and the warnings saying so were silenced)."""
-    import warnings
 
     import numpy as np
 
@@ -64,11 +63,26 @@ def test_a_heatmap_of_chinese_pieces_draws_their_glyphs(tmp_path):
 
     if not wide_script_fonts(["猫"]):
         pytest.skip("no CJK font installed on this machine")
-    assert wide_script_fonts(["a cat", "</s>"]) == []  # looked for only where needed
-    weights = np.full((2, 3, 4), 0.25, dtype=np.float32)
+    assert wide_script_fonts(["a cat", "</s>", "🙂"]) == []  # looked for only where needed
+    weights = np.full((2, 3, 2), 0.5, dtype=np.float32)
+    drawn = []
+    for src in (["▁我", "爱"], ["爱", "▁我"]):  # two empty boxes swapped are the same picture
+        plot_attention(weights, src, ["▁I", "▁love", "</s>"], tmp_path / "zh.png", "zh")
+        drawn.append((tmp_path / "zh.png").read_bytes())
+    assert drawn[0] != drawn[1]
+
+
+def test_glyphs_no_font_has_are_boxes_without_a_warning_each(tmp_path):
+    """Thai (no font installed here) printed a two-line Python warning per character."""
+    import warnings
+
+    import numpy as np
+
+    from attncli.plots import plot_attention
+
+    weights = np.full((2, 2, 2), 0.5, dtype=np.float32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plot_attention(weights, ["▁我", "爱", "你", "</s>"], ["▁I", "▁love", "</s>"],
-                       tmp_path / "zh.png", "argument 1: cross-attention, decoder layer 1")
+        plot_attention(weights, ["▁สวัสดี", "</s>"], ["▁Hallo", "</s>"], tmp_path / "th.png",
+                       "th")
     assert not [w for w in caught if "missing from font" in str(w.message)]
-    assert (tmp_path / "zh.png").read_bytes()[:4] == b"\x89PNG"

@@ -95,23 +95,27 @@ def test_an_export_of_other_weights_is_refused(run, data_dir, tmp_path):
                                  f"{made['checkpoint']} before it was written again); export "
                                  f"this run: `attncli export {copy} --checkpoint "
                                  f"{made['checkpoint']}`")
-    metadata = copy / "ctranslate2" / "attncli.json"  # another run's, of a step this one lacks
+    elsewhere = Path(shutil.copytree(copy / "ctranslate2", tmp_path / "elsewhere"))
+    metadata = elsewhere / "attncli.json"  # another run's, of a step this one lacks
     metadata.write_text(json.dumps({**made, "checkpoint": "step-999"}))
     asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
-                    data_dir=data_dir)
+                    "--exported", str(elsewhere), data_dir=data_dir)
     # named as the other run's step (it read as this run's step-999)
     assert_one_line_error(asked, f"this export was made from another run's weights ({run}, its "
                                  f"step-999); export this run: `attncli export {copy}`")
-    # an export made before digests were recorded: checked by the run it records (was used)
+    # an export made before digests were recorded: checked by the run it records (another
+    # run's was used); one in the run's own folder, or recording a relative path (whose
+    # working folder is not known), is the run's own
     legacy = {k: v for k, v in made.items() if k != "weights_sha256"}
-    metadata.write_text(json.dumps(legacy))
-    asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
-                    data_dir=data_dir)
-    assert_one_line_error(asked, "this export was made from other weights than")
-    metadata.write_text(json.dumps({**legacy, "run": str(copy)}))
-    own = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
-                  data_dir=data_dir)
-    assert own.returncode == 0, own.stderr
+    for where, recorded, refused in ((elsewhere, str(run), True), (elsewhere, "runs/x", False),
+                                     (copy / "ctranslate2", str(run), False)):
+        (where / "attncli.json").write_text(json.dumps({**legacy, "run": recorded}))
+        asked = run_cli("translate", "A cat.", "--run", str(copy), "--engine", "ctranslate2",
+                        "--exported", str(where), data_dir=data_dir)
+        if refused:
+            assert_one_line_error(asked, "this export was made from other weights than")
+        else:
+            assert asked.returncode == 0, (where, recorded, asked.stderr)
 
 
 def test_a_damaged_model_file_is_one_line(run, data_dir, tmp_path):

@@ -89,6 +89,27 @@ def test_a_refused_resume_leaves_train_log_as_it_was(data_dir, tmp_path):
     assert refused.returncode == 2 and "train.seed" in refused.stderr
     assert (tmp_path / "kept" / "train.log").read_bytes() == log
     config.write_text(saved)
+    metrics_file = tmp_path / "kept" / "metrics.jsonl"
+    kept_metrics = metrics_file.read_text()
+    metrics_file.write_text(kept_metrics + '{"event": "train", "step": 3, bad\n')
+    refused = resume(data_dir, tmp_path / "kept", "train.max_steps=4", "train.threads=1")
+    assert refused.returncode == 2 and "metrics.jsonl" in refused.stderr
+    assert (tmp_path / "kept" / "train.log").read_bytes() == log  # the threads line came first
+    metrics_file.write_text(kept_metrics)
     accepted = resume(data_dir, tmp_path / "kept", "train.max_steps=4")
     assert accepted.returncode == 0, accepted.stderr
     assert b"cache: reusing" in (tmp_path / "kept" / "train.log").read_bytes()[len(log):]
+
+
+def test_a_run_scored_with_another_bleu_tokenizer_is_rescored_on_resume():
+    """`cmn` targets are Chinese now (zh BLEU); saves that recorded no BLEU tokenizer were
+    scored with 13a for them, and their best was compared with zh-scored validations."""
+    from attncli.config import Config, DataConfig
+    from attncli.resume_rules import validation_changes, validation_settings
+
+    config = Config(data=DataConfig(src="en", tgt="cmn"))
+    before = {k: v for k, v in validation_settings(config).items() if k != "bleu.tokenize"}
+    assert validation_changes(before, config) == ["bleu.tokenize '13a' -> 'zh'"]
+    german = Config(data=DataConfig(src="en", tgt="de"))
+    assert validation_changes(validation_settings(german), german) == []
+    assert validation_changes(before | {"bleu.tokenize": "zh"}, config) == []

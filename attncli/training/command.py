@@ -103,8 +103,8 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     accepted, rewrite config.yaml and the metrics."""
     paths = trainer.paths
     if not from_step_0:
+        trainer.metrics.read()  # a damaged line is refused before anything is written
         folder = trainer.resume()
-        trainer.metrics.read()  # a damaged line is refused before anything is rewritten
         if forgotten := trainer.forget_end_validation():
             reporter.line(forgotten)
         # scored with: as the checkpoint recorded (a crash after a rescore left config.yaml
