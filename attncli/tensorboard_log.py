@@ -40,8 +40,16 @@ class TensorBoardLog:
 
 def open_tensorboard(setting: bool | str, folder: Path,
                      resumed_at: int | None) -> TensorBoardLog | None:
-    """The log `train.tensorboard` asks for, or None (off, or `auto` without tensorboard)."""
-    return TensorBoardLog(folder, resumed_at) if tensorboard_wanted(setting) else None
+    """The log `train.tensorboard` asks for, or None (off, or `auto` without tensorboard).
+
+    Off on a resume of a run that logged before, its events past the checkpoint are dropped
+    all the same (they were kept, and a later resume with it on showed them beside the
+    replayed steps' new figures)."""
+    if tensorboard_wanted(setting):
+        return TensorBoardLog(folder, resumed_at)
+    if resumed_at is not None and folder.is_dir() and _installed():
+        TensorBoardLog(folder, resumed_at).close()
+    return None
 
 
 def tensorboard_wanted(setting: bool | str) -> bool:

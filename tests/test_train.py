@@ -262,6 +262,23 @@ def test_tensorboard_events_hold_the_metrics_scalars(data_dir, tmp_path):
             assert value == pytest.approx(want, rel=1e-6), tag
 
 
+def test_a_resume_without_tensorboard_drops_its_events_past_the_checkpoint(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from attncli.tensorboard_log import TensorBoardLog, open_tensorboard
+
+    log = TensorBoardLog(tmp_path / "tb", None)
+    for step in range(1, 7):
+        log({"event": "train", "step": step, "loss": 1.0 / step, "lr": 1e-3, "tokens_per_s": 1,
+             "grad_norm": 1.0})
+    log.close()
+    assert open_tensorboard(False, tmp_path / "tb", resumed_at=3) is None
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]  # were 1..6
+
+
 def test_the_progress_bar_counts_to_the_first_limit_the_run_will_meet():
     from attncli.config import TrainConfig
     from attncli.training.prepare import planned_updates
