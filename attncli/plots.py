@@ -25,22 +25,30 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path,
                 label_smoothing: float = 0.0) -> None:
     """Training loss, validation loss and validation BLEU against steps, saved as a PNG.
 
-    The training loss is the one optimised, label-smoothed by `label_smoothing`; validation
-    scores plain cross-entropy. With smoothing the two differ by far more than overfitting
-    would make them (about 0.9 nats at 0.1 and 8,000 pieces), so the legend says which is
-    which."""
+    The training loss is the one optimised, label-smoothed by each event's `label_smoothing`
+    (`label_smoothing` for events that do not say: runs before 0.5); validation scores plain
+    cross-entropy. With smoothing the two differ by far more than overfitting would make them
+    (about 0.9 nats at 0.1 and 8,000 pieces), so the legend says which is which, and a resume
+    that changed the smoothing, or what validation scores, starts a new line (one line would
+    join figures of two kinds)."""
     plt = _pyplot()
-    train = [r for r in records if r.get("event") == "train"]
-    val = [r for r in records if r.get("event") == "val"]
     fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(10, 4))
-    if train:
-        smoothed = f" (label-smoothed, {label_smoothing:g})" if label_smoothing else ""
-        ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train],
+    train = [r for r in records if r.get("event") == "train"]
+    for part in _runs_of(train, lambda r: r.get("label_smoothing", label_smoothing)):
+        smoothing = part[0].get("label_smoothing", label_smoothing)
+        smoothed = f" (label-smoothed, {smoothing:g})" if smoothing else ""
+        ax_loss.plot([r["step"] for r in part], [r["loss"] for r in part], color="C0",
                      label=f"train loss{smoothed}")
-    if val:
-        ax_loss.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-",
-                     label="val loss (cross-entropy)")
-        ax_bleu.plot([r["step"] for r in val], [r["val_bleu"] for r in val], "o-", color="C2")
+    changes = [r["step"] for r in records if r.get("event") == "validation_changed"]
+    val = [r for r in records if r.get("event") == "val"]
+    for i, part in enumerate(_runs_of(val, lambda r: sum(r["step"] > s for s in changes))):
+        ax_loss.plot([r["step"] for r in part], [r["val_loss"] for r in part], "o-", color="C1",
+                     label=None if i else "val loss (cross-entropy)")
+        ax_bleu.plot([r["step"] for r in part], [r["val_bleu"] for r in part], "o-", color="C2")
+    for i, step in enumerate(changes):
+        for ax in (ax_loss, ax_bleu):
+            ax.axvline(step, color="grey", linestyle=":",
+                       label=None if i or ax is ax_bleu else "validation changed")
     ax_loss.set(xlabel="update", ylabel="loss per target token", title="Loss")
     ax_loss.legend()
     ax_bleu.set(xlabel="update", ylabel="BLEU (greedy, val)", title="Validation BLEU")
@@ -51,6 +59,17 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path,
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def _runs_of(records: list[dict[str, Any]], key) -> list[list[dict[str, Any]]]:
+    """`records` cut where `key` of consecutive ones changes."""
+    runs: list[list[dict[str, Any]]] = []
+    for record in records:
+        if runs and key(runs[-1][-1]) == key(record):
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return runs
 
 
 def _shade(weight: float) -> str:

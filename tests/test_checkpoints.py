@@ -297,6 +297,9 @@ def test_a_resume_that_changes_validation_scores_the_best_again(runs, data_dir):
     log = (run / "train.log").read_text()
     assert (f"validation changed (data.valid_limit 16 -> 5): the best checkpoint so far, "
             f"step-{before['best_step']}, scored again: greedy BLEU") in log
+    # the curves break there (they joined BLEU on 16 pairs and on 5 in one line)
+    (changed,) = [e for e in metrics(run) if e["event"] == "validation_changed"]
+    assert changed["step"] == 6 and changed["changes"] == ["data.valid_limit 16 -> 5"]
     plain = _copy(runs, "same-validation")
     assert resume(data_dir, plain, "train.max_steps=8").returncode == 0
     assert "validation changed" not in (plain / "train.log").read_text()

@@ -289,3 +289,31 @@ def test_the_progress_bar_counts_to_the_first_limit_the_run_will_meet():
     assert planned_updates(TrainConfig(max_epochs=2, accum_steps=2), 133) == 134
     assert planned_updates(TrainConfig(max_epochs=None, max_steps=None), 133) is None
     assert planned_updates(TrainConfig(max_epochs=100, max_minutes=30), 133) is None
+
+
+def test_the_curves_start_a_new_line_where_smoothing_or_validation_changed(tmp_path,
+                                                                          monkeypatch):
+    """A resume may change train.label_smoothing or what validation scores: one line labelled
+    with the current smoothing joined losses of two kinds, and BLEU of two kinds."""
+    from matplotlib.axes import Axes
+
+    from attncli.plots import plot_curves
+
+    drawn: list[tuple[str | None, list]] = []
+    real = Axes.plot
+
+    def recording(ax, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("label"), list(x)))
+        return real(ax, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    train = [{"event": "train", "step": s, "loss": 5.0, **({"label_smoothing": 0.1} if s <= 4
+                                                              else {"label_smoothing": 0.0})}
+             for s in (2, 4, 6, 8)]
+    val = [{"event": "val", "step": s, "val_loss": 4.0, "val_bleu": 1.0} for s in (4, 8)]
+    plot_curves([*train, val[0], {"event": "validation_changed", "step": 4, "changes": []},
+                 val[1]], tmp_path / "curves.png", label_smoothing=0.0)
+    assert ("train loss (label-smoothed, 0.1)", [2, 4]) in drawn
+    assert ("train loss", [6, 8]) in drawn
+    bleu = [steps for label, steps in drawn if label is None]
+    assert [4] in bleu and [8] in bleu and [4, 8] not in bleu

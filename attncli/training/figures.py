@@ -91,6 +91,7 @@ class UpdateFigures:
                   "loss": window.loss / window.steps, "lr": lr,
                   "tokens_per_s": round(window.tokens / max(now - window.start, 1e-9), 1),
                   "grad_norm": round(grad_norm, 4), "seconds": round(now, 2),
+                  "label_smoothing": self.cfg.label_smoothing,
                   **({"includes_startup": True} if self.started_here else {})}
         startup = " (incl. start-up)" if self.started_here else ""
         self.started_here = False
