@@ -6,6 +6,7 @@ Exit codes: 0 success, 2 bad usage or bad input (`AttncliError`, Typer usage err
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from enum import Enum
@@ -294,6 +295,7 @@ def main() -> None:
     from attncli.malloc import keep_freed_memory
 
     keep_freed_memory()
+    _escape_what_stdout_cannot_encode()
     try:
         code = app(standalone_mode=False)  # usage errors come here, said in one line below
     except _USAGE_ERROR as err:
@@ -309,8 +311,21 @@ def main() -> None:
     except Exception as err:  # a real bug: one line unless asked for the traceback
         if os.environ.get("ATTNCLI_DEBUG"):
             raise
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            # where the output goes is full: the user's to fix
+            err = AttncliError(f"{err.filename or 'standard output'}: {err.strerror}")
         sys.exit(report(err))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _escape_what_stdout_cannot_encode() -> None:
+    """On a standard output that is not UTF-8 (a Latin-1 or ASCII locale, PYTHONIOENCODING),
+    characters it cannot encode are written as escapes: printing a German or Chinese output
+    raised UnicodeEncodeError after the work was done, and the output was lost."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if stream is not None and encoding != "utf8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 # The click that typer runs on (its own copy in newer typers): its usage and other errors.

@@ -92,6 +92,13 @@ def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: in
     return ids
 
 
+def stdout_json(record: dict[str, Any]) -> str:
+    """`record` as one JSON line for standard output: its text as it is where stdout is UTF-8,
+    else as JSON escapes (the escapes that stdout falls back on are not JSON's)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    return json.dumps(record, ensure_ascii=encoding != "utf8")
+
+
 def source_subword_limit(max_positions: int) -> int:
     """The most subwords of a source that are translated (then its EOS)."""
     return max(max_positions - SOURCE_MARGIN, 2) - 1
@@ -286,7 +293,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     atomic_write_json(paths.eval_dir / f"{name}.json", report)
 
     if json_out:
-        print(json.dumps(report, ensure_ascii=False))
+        print(stdout_json(report))
         return
     title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {parallel.name} {split}, "
              f"beam {beam}" + _blocking(config.decode))  # its own line: rich wraps table titles

@@ -3,7 +3,27 @@ and every line in the run's train.log."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from collections.abc import Sequence
+
+_stdout_gone = False  # set once standard output failed: the lines after it go to train.log only
+
+
+def echo(text: str) -> None:
+    """`print`, except that a standard output that fails (its reader gone, as `| head` does; its
+    disk full; closed) is let go for good: a training run's lines are in train.log too, and the
+    run must not end over them (it died at its next log line, without a checkpoint)."""
+    global _stdout_gone
+    if _stdout_gone:
+        return
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError, AttributeError):  # AttributeError: no sys.stdout at all
+        _stdout_gone = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # for the exit flush
 
 
 class Reporter:
@@ -57,7 +77,7 @@ class Reporter:
         if self.progress is not None:
             self.progress.console.print(text, highlight=False, markup=False)
         else:
-            print(text, flush=True)
+            echo(text)
 
     def set_total(self, total: int | None) -> None:
         """The update count the bar runs to (None: no end known, so no ETA)."""

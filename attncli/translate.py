@@ -24,7 +24,7 @@ from typing import BinaryIO, TextIO
 from attncli.atomic import output_file_problem, replacing_file
 from attncli.average import describe
 from attncli.errors import AttncliError
-from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+from attncli.evaluate import decode_ids, encode_sources, load_for_decoding, stdout_json
 from attncli.plots import attention_table, plot_attention
 from attncli.runs import find_latest_run
 from attncli.search import Hypothesis
@@ -93,6 +93,8 @@ def _output(path: Path | None) -> Iterator[TextIO]:
     """stdout, or a file written under a temporary name and renamed once complete (see
     `atomic.replacing_file`)."""
     if path is None:
+        if sys.stdout is None:  # started with `>&-`
+            raise AttncliError("standard output is closed: give --output FILE")
         yield sys.stdout
         return
     with replacing_file(path, "w") as f:
@@ -102,8 +104,8 @@ def _output(path: Path | None) -> Iterator[TextIO]:
 def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], nbest: int,
             json_out: bool) -> str:
     if json_out:
-        return json.dumps({"line": item.number, "source": item.text, "hypotheses": texts,
-                           "scores": [round(h.score, 4) for h in hyps]}, ensure_ascii=False)
+        return stdout_json({"line": item.number, "source": item.text, "hypotheses": texts,
+                            "scores": [round(h.score, 4) for h in hyps]})
     if nbest == 1:
         return texts[0]
     return "\n".join(f"{item.number}\t{h.score:.4f}\t{t}" for h, t in zip(hyps, texts,

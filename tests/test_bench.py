@@ -371,3 +371,20 @@ def test_cuda_attention_suite_times_with_events_and_reports_the_kernel():
                      if r["path"] == "reference" and r["seq_len"] == 1024)
     assert fused["kernel"] in ("flash", "memory-efficient", "cuDNN", "math")
     assert reference["forward"]["peak_mem_bytes"] > fused["forward"]["peak_mem_bytes"]
+
+
+def test_what_was_measured_is_kept_before_its_tables_are_printed():
+    """`attncli bench --json F | head -1`, or stdout on a full disk: printing failed, the
+    command ended, and F, with every measurement, was never written."""
+    from rich.console import Console
+
+    class Broken(Console):
+        def print(self, *args, **kwargs):
+            raise BrokenPipeError
+
+    kept: list[dict] = []
+    report = run_bench(CPU, ["attention"], Config(train=TrainConfig(precision="fp32")),
+                       warmup=0, repeats=1, console=Broken(), attention_sizes=TINY_ATTENTION,
+                       keep=lambda report: kept.append(json.loads(json.dumps(report))))
+    assert kept and kept[-1]["suites"]["attention"]["rows"] == report["suites"]["attention"][
+        "rows"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
-from helpers import SMALL, assert_one_line_error, losses, metrics, run_cli, train
+from helpers import SMALL, assert_one_line_error, losses, metrics, pointers, run_cli, train
 
 from attncli.device import resolve_pad_multiple, resolve_precision
 
@@ -317,3 +318,24 @@ def test_the_curves_start_a_new_line_where_smoothing_or_validation_changed(tmp_p
     assert ("train loss", [6, 8]) in drawn
     bleu = [steps for label, steps in drawn if label is None]
     assert [4] in bleu and [8] in bleu and [4, 8] not in bleu
+
+
+def test_a_run_goes_on_when_its_standard_output_goes_away(data_dir, tmp_path):
+    """`attncli train ... | head`: the reader's exit broke stdout, and the run died at its next
+    log line without a checkpoint (exit 1, nothing said)."""
+    import subprocess
+    import sys
+
+    from helpers import REPO, train_args
+
+    args = train_args(SMALL, "--name", "piped", runs=tmp_path,
+                      sets=["train.max_steps=12", "train.save_every=6"])
+    env = {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "attncli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env, cwd=REPO)
+    process.stdout.readline()
+    process.stdout.close()  # as `head -1` exits
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err
+    assert pointers(tmp_path / "piped")["last"] == "step-12"
+    assert "stopped at step 12" in (tmp_path / "piped" / "train.log").read_text()

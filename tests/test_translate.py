@@ -519,3 +519,23 @@ def test_a_heatmap_of_chinese_pieces_keeps_every_column_whole(terminal):
     assert "…" not in text and all(piece in text for piece in src)
     if terminal:
         assert max(map(cell_len, text.splitlines())) <= 80
+
+
+def test_an_output_the_terminal_cannot_encode_is_escaped_not_a_crash(workdir, run_dir):
+    """On an ASCII or Latin-1 standard output, printing a translation (or a source) with other
+    characters raised UnicodeEncodeError once the work was done: exit 1, output lost."""
+    env = {**_env(workdir), "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-m", "attncli", "translate", "--run", str(run_dir),
+                           "--json", "Die Straße läuft."], capture_output=True, cwd=workdir,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["source"] == "Die Straße läuft."  # escaped, as JSON reads
+
+
+def test_a_closed_standard_output_is_one_line(workdir, run_dir):
+    done = subprocess.run(f"{sys.executable} -m attncli translate --run {run_dir} 'A cat.' >&-",
+                          shell=True, capture_output=True, cwd=workdir, env=_env(workdir),
+                          timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.decode().strip().splitlines()[-1] == (
+        "error: standard output is closed: give --output FILE")

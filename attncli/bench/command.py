@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,11 @@ def run_bench(
     attention_sizes: AttentionSizes | None = None,
     infer_batch_sizes: Sequence[int] = (1, 64),
     peak: tuple[float, str] | None = None,
+    keep: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``suites`` and return the report (what --json writes); print tables if ``console``.
+    ``keep(report)`` after each suite, before its tables: what was measured is written even if
+    printing then fails (a closed pipe, a full disk).
 
     The sizes and ``peak`` (FLOP/s, its source) default to the device's; tests pass tiny ones.
     """
@@ -65,10 +68,9 @@ def run_bench(
         "repeats": repeats,
         "suites": {},
     }
-    if console is not None:
-        console.print(Text(
-            f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
-            f"threads) · torch {torch.__version__} · {precision}", style="bold"))
+    console = _shown(console, Text(
+        f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
+        f"threads) · torch {torch.__version__} · {precision}", style="bold"))
     for suite in suites:
         start = time.perf_counter()
         status = console.status(f"{suite} suite…") if console is not None else nullcontext()
@@ -89,10 +91,23 @@ def run_bench(
                 raise AttncliError(f"--suite {suite}: expected one of {', '.join(SUITES)}, all")
         result["wall_s"] = time.perf_counter() - start
         report["suites"][suite] = result
-        if console is not None:
-            for renderable in RENDERERS[suite](result, warmup, repeats):
-                console.print(renderable)
+        if keep is not None:
+            keep(report)
+        for renderable in RENDERERS[suite](result, warmup, repeats):
+            console = _shown(console, renderable)
     return report
+
+
+def _shown(console: Console | None, renderable: Any) -> Console | None:
+    """Print on `console`; the console, or None once printing failed (stdout's reader gone,
+    its disk full): the suites go on and --json keeps their figures."""
+    if console is None:
+        return None
+    try:
+        console.print(renderable)
+    except OSError:
+        return None
+    return console
 
 
 def default_config_path(device: torch.device) -> Path:
@@ -131,8 +146,12 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
     set_threads(cfg.train.threads)
     allow_tf32(dev)  # as training does
     console = Console(width=None if sys.stdout.isatty() else 120)  # files/pipes: no folding
-    report = run_bench(dev, suites, cfg, warmup, repeats, console)
-    report["config"] = "built-in defaults" if built_in else str(config_file)
+    said = "built-in defaults" if built_in else str(config_file)
+
+    def keep(report: dict[str, Any]) -> None:
+        if json_file is not None:
+            write_json({**report, "config": said}, json_file)
+
+    run_bench(dev, suites, cfg, warmup, repeats, console, keep=keep)
     if json_file is not None:
-        write_json(report, json_file)
         console.print(f"wrote {json_file}")

@@ -17,7 +17,7 @@ from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
 from attncli.errors import LAUNCHER_ENV, AttncliError, report
 from attncli.plots import plot_curves
-from attncli.progress import Reporter, SilentReporter
+from attncli.progress import Reporter, SilentReporter, echo
 from attncli.resume_rules import validation_changes, validation_settings
 from attncli.runs import RunPaths, run_lock
 from attncli.tensorboard_log import open_tensorboard
@@ -58,7 +58,7 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
 
     def say(line: str) -> None:
         if world.primary:
-            print(line, flush=True)
+            echo(line)
             earlier.append(line)
 
     with contextlib.ExitStack() as held:  # the run folder, for this process alone
