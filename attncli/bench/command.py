@@ -54,20 +54,7 @@ def run_bench(
     """
     precision = resolve_precision(cfg.train.precision, device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    report: dict[str, Any] = {
-        "attncli": __version__,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": device.type,
-        "device_name": device_name(device),
-        "threads": torch.get_num_threads(),
-        "precision": precision,
-        "dtype": str(dtype).removeprefix("torch."),
-        "tf32": (torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None),
-        "warmup": warmup,
-        "repeats": repeats,
-        "suites": {},
-    }
+    report = _report_head(device, precision, dtype, warmup, repeats)
     console = _shown(console, Text(
         f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
         f"threads) · torch {torch.__version__} · {precision}", style="bold"))
@@ -96,6 +83,19 @@ def run_bench(
         for renderable in RENDERERS[suite](result, warmup, repeats):
             console = _shown(console, renderable)
     return report
+
+
+def _report_head(device: torch.device, precision: str, dtype: torch.dtype, warmup: int,
+                 repeats: int) -> dict[str, Any]:
+    """What the report says of the machine and the settings, before any suite."""
+    return {
+        "attncli": __version__, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "device": device.type, "device_name": device_name(device),
+        "threads": torch.get_num_threads(), "precision": precision,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tf32": (torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None),
+        "warmup": warmup, "repeats": repeats, "suites": {},
+    }
 
 
 def _shown(console: Console | None, renderable: Any) -> Console | None:
