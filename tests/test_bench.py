@@ -388,3 +388,24 @@ def test_what_was_measured_is_kept_before_its_tables_are_printed():
                        keep=lambda report: kept.append(json.loads(json.dumps(report))))
     assert kept and kept[-1]["suites"]["attention"]["rows"] == report["suites"]["attention"][
         "rows"]
+
+
+def test_a_temporary_folder_that_cannot_take_the_export_skips_ctranslate2(tiny_config,
+                                                                        monkeypatch):
+    """The CTranslate2 rows export the model to a temporary folder first: a full TMPDIR failed
+    the command as a bug, after the torch rows were timed."""
+    pytest.importorskip("ctranslate2")
+    import tempfile
+
+    from attncli.bench.infer_suite import run_infer_suite
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", full)
+    result = run_infer_suite(tiny_config, CPU, "fp32", warmup=0, repeats=1, batch_sizes=(1,),
+                             beams=(1,))
+    assert [row["search"] for row in result["rows"]] and not any(
+        row["search"].startswith("ctranslate2") for row in result["rows"])
+    assert result["ctranslate2_skipped"] == ("its export to a temporary folder failed (No space "
+                                             "left on device); check TMPDIR")

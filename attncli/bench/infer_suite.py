@@ -109,7 +109,10 @@ def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: i
                              sum(len(h.tokens) + 1 for h in found)))
     skipped = _ctranslate2_problem(cfg)
     if device.type == "cpu" and importlib.util.find_spec("ctranslate2") is not None and not skipped:
-        rows += _ctranslate2_rows(model, vocab, sources, beams, output_len, warmup, repeats)
+        try:
+            rows += _ctranslate2_rows(model, vocab, sources, beams, output_len, warmup, repeats)
+        except OSError as err:  # its export goes to a temporary folder (TMPDIR) first
+            skipped = f"its export to a temporary folder failed ({err.strerror}); check TMPDIR"
     return {
         "config_model": cfg.model.model_dump(mode="json"),
         "vocab": vocab,
