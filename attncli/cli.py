@@ -322,9 +322,10 @@ def _escape_what_stdout_cannot_encode() -> None:
     """On a standard output that is not UTF-8 (a Latin-1 or ASCII locale, PYTHONIOENCODING),
     characters it cannot encode are written as escapes: printing a German or Chinese output
     raised UnicodeEncodeError after the work was done, and the output was lost."""
+    from attncli.progress import writes_utf8
+
     for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        if stream is not None and encoding != "utf8" and hasattr(stream, "reconfigure"):
+        if stream is not None and not writes_utf8(stream) and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
 
 

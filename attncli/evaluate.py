@@ -95,8 +95,9 @@ def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: in
 def stdout_json(record: dict[str, Any]) -> str:
     """`record` as one JSON line for standard output: its text as it is where stdout is UTF-8,
     else as JSON escapes (the escapes that stdout falls back on are not JSON's)."""
-    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
-    return json.dumps(record, ensure_ascii=encoding != "utf8")
+    from attncli.progress import writes_utf8
+
+    return json.dumps(record, ensure_ascii=not writes_utf8(sys.stdout))
 
 
 def source_subword_limit(max_positions: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,13 +64,7 @@ def plot_curves(records: Sequence[dict[str, Any]], path: Path,
 
 def _runs_of(records: list[dict[str, Any]], key) -> list[list[dict[str, Any]]]:
     """`records` cut where `key` of consecutive ones changes."""
-    runs: list[list[dict[str, Any]]] = []
-    for record in records:
-        if runs and key(runs[-1][-1]) == key(record):
-            runs[-1].append(record)
-        else:
-            runs.append([record])
-    return runs
+    return [list(run) for _, run in itertools.groupby(records, key)]
 
 
 def _shade(weight: float) -> str:

@@ -8,6 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
+
+def writes_utf8(stream) -> bool:
+    """Whether `stream` (stdout, stderr) encodes UTF-8: where not, what it cannot encode is
+    escaped (`cli.main`), and JSON lines use JSON's own escapes (`evaluate.stdout_json`)."""
+    return (getattr(stream, "encoding", None) or "").lower().replace("-", "") == "utf8"
+
+
 _stdout_gone = False  # set once standard output failed: the lines after it go to train.log only
 
 

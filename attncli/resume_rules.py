@@ -130,8 +130,9 @@ def _former_bleu_tokenizer(tgt: str) -> str:
     """The sacreBLEU tokenizer of saves that did not record one: CJK targets were known by
     their two-letter codes only (Tatoeba's `cmn` was scored with 13a)."""
     from attncli.evaluate import bleu_tokenizer
+    from attncli.tokenizer import language_subtag
 
-    base = tgt.lower().replace("_", "-").split("-")[0]
+    base = language_subtag(tgt)
     return bleu_tokenizer(base) if base in ("zh", "ja", "ko") else "13a"
 
 

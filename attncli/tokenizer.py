@@ -44,8 +44,13 @@ def no_visible_text(text: str) -> bool:
 
 def base_language(code: str) -> str:
     """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'zh' (see _CJK_CODES)."""
-    base = code.lower().replace("_", "-").split("-")[0]
+    base = language_subtag(code)
     return _CJK_CODES.get(base, base)
+
+
+def language_subtag(code: str) -> str:
+    """The code's first subtag, as given: 'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'cmn'."""
+    return code.lower().replace("_", "-").split("-")[0]
 
 
 def normalization_rule(setting: str, languages: Sequence[str]) -> str:

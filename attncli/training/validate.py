@@ -120,16 +120,15 @@ def rescore_best(trainer: Any, changes: list[str]) -> str:
     different pairs); the log line saying so."""
     state = trainer.state
     state.bad_validations = 0
+    event = {"event": "validation_changed", "step": state.step, "changes": changes}
     if state.best_step is None:
-        trainer.metrics.write({"event": "validation_changed", "step": state.step,
-                               "changes": changes})
+        trainer.metrics.write(event)
         return f"validation changed ({'; '.join(changes)}); no best checkpoint yet"
     weights_file = trainer.paths.step_dir(state.best_step) / MODEL_FILE
     weights, _ = read_tensors(weights_file)
     before, state.best_bleu = state.best_bleu, score_weights(trainer, weights,
                                                             weights_file).bleu
-    trainer.metrics.write({"event": "validation_changed", "step": state.step,
-                           "changes": changes, "best_val_bleu": round(state.best_bleu, 3)})
+    trainer.metrics.write({**event, "best_val_bleu": round(state.best_bleu, 3)})
     return (f"validation changed ({'; '.join(changes)}): the best checkpoint so far, "
             f"step-{state.best_step}, scored again: greedy BLEU {state.best_bleu:.2f} (was "
             f"{before:.2f} the old way)")
