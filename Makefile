@@ -14,7 +14,7 @@ export ATTNCLI_DATA_DIR
 $(BIN)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install -q --disable-pip-version-check -e .
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[zh]'
 	touch $@
 
 $(BIN)/.dev: $(BIN)/.base

@@ -7,8 +7,9 @@ Where a name is looked up, in order:
 3. ``./data/<name>``;
 4. the Hugging Face Hub (``multi30k`` means ``bentrevett/multi30k``, ``wmt14`` ``wmt/wmt14``;
    ``owner/name`` is passed through), with ``data.subset`` as the Hub's configuration name
-   (``de-en``). ``tatoeba-en-zh`` means ``Helsinki-NLP/tatoeba_mt``, whose columns and splits
-   differ from attncli's: ``HUB_LAYOUTS`` says how they map, in one place. A Hub download is
+   (``de-en``). ``tatoeba-en-de`` and ``tatoeba-en-zh`` mean
+   ``sentence-transformers/parallel-sentences-tatoeba``, whose columns and splits differ from
+   attncli's: ``HUB_LAYOUTS`` says how they map, in one place. A Hub download is
    saved as JSON Lines under ``./data/<name>[/<subset>]`` so the
    next run works offline; it is written to a temp folder and renamed only once every split is
    complete, so an interrupted download never passes for a data set.
@@ -35,9 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.atomic import staged_folder
+from attncli.chinese_script import convert_columns, converter_version, simplifier
 from attncli.config import DataConfig
 from attncli.data_files import read_split_files
 from attncli.errors import AttncliError
+from attncli.languages import converted_sides
 
 HUB_ALIASES = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16",
                "iwslt2017": "IWSLT/iwslt2017", "opus_books": "Helsinki-NLP/opus_books"}
@@ -49,28 +52,26 @@ class HubLayout:
     (the copy saved under ./data is then in the local layout, like a local folder's)."""
 
     hub_id: str
-    config: str            # the Hub's configuration (read from the folder of that name)
-    revision: str          # the branch that holds plain data files
-    columns: dict[str, str]  # Hub column -> language key; the first one splits val from train
-    train: str             # the Hub split whose pairs become train and val
-    test: str              # the Hub split kept whole as test
-    val_sentences: int     # distinct source sentences whose pairs make the val split
+    config: str                # the Hub's configuration name
+    columns: dict[str, str]    # Hub column -> language key; the first is the source
+    pooled: tuple[str, ...]    # the Hub splits whose pairs are pooled, then split anew
+    held_out: int              # distinct source sentences in each of val and test
 
     @property
     def label(self) -> str:
         return f"{self.hub_id} ({self.config})"
 
 
-# Names whose Hub copy needs a `HubLayout` (with data.subset unset).
+# Names whose Hub copy needs a `HubLayout` (with data.subset unset). Tatoeba as
+# sentence-transformers exports it: plain Parquet files, a train and a dev split of one
+# translation per row (an English sentence with several translations has several rows), no
+# test split; the local folders of the same names were split from their export by the same rule.
+_TATOEBA = "sentence-transformers/parallel-sentences-tatoeba"
 HUB_LAYOUTS = {
-    # Tatoeba's English-Mandarin pairs in simplified script, as the Tatoeba Translation Challenge
-    # (v2021-08-07) publishes them: a validation (dev) and a test split, no train split. The
-    # repository's main branch is a loading script, which `datasets` 4 and later refuse to run;
-    # its Parquet export (revision refs/convert/parquet) holds the same rows as plain files.
-    "tatoeba-en-zh": HubLayout(
-        "Helsinki-NLP/tatoeba_mt", "eng-cmn_Hans", "refs/convert/parquet",
-        columns={"sourceString": "en", "targetString": "zh"},
-        train="validation", test="test", val_sentences=1000),
+    f"tatoeba-en-{lang}": HubLayout(_TATOEBA, f"en-{lang}",
+                                    columns={"english": "en", "non_english": lang},
+                                    pooled=("train", "dev"), held_out=1000)
+    for lang in ("de", "zh")
 }
 SPLIT_NAMES = {
     "train": ("train",),
@@ -198,8 +199,7 @@ def _save_hub_copy(hub_id: str, subset: str | None, target: Path,
     if layout is None:
         splits = dict(datasets.load_dataset(hub_id, subset).items())
     else:
-        splits = _arranged(datasets.load_dataset(hub_id, data_dir=layout.config,
-                                                 revision=layout.revision), layout)
+        splits = _arranged(datasets.load_dataset(hub_id, layout.config), layout)
     with staged_folder(target) as folder:
         for split, ds in splits.items():
             canonical = next((k for k, names in SPLIT_NAMES.items() if split in names), split)
@@ -209,29 +209,34 @@ def _save_hub_copy(hub_id: str, subset: str | None, target: Path,
 def _arranged(remote, layout: HubLayout) -> dict:
     """train, val and test in attncli's layout from the splits of a `HubLayout`'s data set.
 
-    test is the Hub's test split, whole, so that scores compare with others' on it. val is
-    every pair of the `val_sentences` source sentences whose SHA-256 sorts first (a choice that
-    depends on the sentences, not on their order or on a random state), train the other pairs;
-    a pair whose source sentence is in test leaves both, so no source sentence (all of its
-    translations) is in two splits.
+    The pooled splits' pairs are split by source sentence (stripped): val gets every pair of
+    the `held_out` distinct sentences whose SHA-256 sorts first, test those of the next
+    `held_out`, train the rest, so no source sentence is in two splits. The choice depends on
+    the sentences, not on their order or on a random state. val and test are written in that
+    hash order, so their first N pairs are a fair sample (`data.valid_limit`); exports are often
+    sorted by length. train keeps the export's order.
     """
-    for split in (layout.train, layout.test):
+    import datasets
+
+    for split in layout.pooled:
         if split not in remote:
             raise ValueError(f"no {split!r} split (it has: {', '.join(remote)})")
         if missing := [c for c in layout.columns if c not in remote[split].column_names]:
             raise ValueError(f"its {split} split has no column {missing[0]!r} (it has: "
                              f"{', '.join(remote[split].column_names)})")
-    pool, test = (remote[split].select_columns(list(layout.columns))
-                  .rename_columns(layout.columns) for split in (layout.train, layout.test))
-    src = next(iter(layout.columns.values()))
-    held_out = {s.strip() for s in test[src]}
-    sentences = [s.strip() for s in pool[src]]
-    fresh = sorted({s for s in sentences if s not in held_out},
-                   key=lambda s: hashlib.sha256(s.encode("utf-8")).digest())
-    val = set(fresh[:layout.val_sentences])
-    val_rows = [i for i, s in enumerate(sentences) if s in val]
-    train_rows = [i for i, s in enumerate(sentences) if s not in val and s not in held_out]
-    return {"train": pool.select(train_rows), "val": pool.select(val_rows), "test": test}
+    pool = datasets.concatenate_datasets([
+        remote[split].select_columns(list(layout.columns)).rename_columns(layout.columns)
+        for split in layout.pooled])
+    sentences = [(s or "").strip() for s in pool[next(iter(layout.columns.values()))]]
+    ranked = sorted(set(sentences), key=lambda s: hashlib.sha256(s.encode("utf-8")).digest())
+    rank = {s: i for i, s in enumerate(ranked[:2 * layout.held_out])}
+    held = sorted((i for i, s in enumerate(sentences) if s in rank),
+                  key=lambda i: (rank[sentences[i]], i))
+    val_rows = [i for i in held if rank[sentences[i]] < layout.held_out]
+    test_rows = [i for i in held if rank[sentences[i]] >= layout.held_out]
+    train_rows = [i for i, s in enumerate(sentences) if s not in rank]
+    return {"train": pool.select(train_rows), "val": pool.select(val_rows),
+            "test": pool.select(test_rows)}
 
 
 def _split_file(folder: Path, split: str, suffixes: tuple[str, ...]) -> Path | None:
@@ -254,6 +259,7 @@ class SplitSource:
     split: str
     src: str
     tgt: str
+    simplified: tuple[str, ...] = ()  # sides converted to simplified Chinese when read
 
     @property
     def is_table(self) -> bool:
@@ -268,12 +274,16 @@ class SplitSource:
     def identity(self) -> list:
         """What the files are (path, size, modification and change times, inode): a cache key
         without reading gigabytes; an edited or replaced file gets another key, even one whose
-        modification time was set back (`cp -p`, `rsync -a`), as no one sets the change time."""
+        modification time was set back (`cp -p`, `rsync -a`), as no one sets the change time.
+        A script conversion is part of what the text is (and only then named, so the keys of
+        data read as stored are those of caches made before the conversion existed)."""
         ident = []
         for path in self.files:
             stat = path.stat()
             ident.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns,
                           stat.st_ino])
+        if self.simplified:
+            ident.append(["simplified", list(self.simplified), converter_version()])
         return ident
 
 
@@ -282,21 +292,22 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
     own_source = {"val": cfg.val, "test": cfg.test}.get(split)
     name = own_source or cfg.dataset
     location = resolve_dataset(name, None if own_source else cfg.subset)
+    sides = converted_sides(cfg.chinese_script, cfg.src, cfg.tgt)
     if location.is_file():
         if own_source is None and split != "train":
             raise AttncliError(f"{location}: a single file has no {split} split; set "
                                f"data.{split} to the {split} data (or, for eval, pass --data "
                                f"FILE)")
-        return SplitSource((location,), name, split, cfg.src, cfg.tgt)
+        return SplitSource((location,), name, split, cfg.src, cfg.tgt, sides)
     table_file = _split_file(location, split, (".jsonl", ".json", ".tsv"))
     text_files = [_split_file(location, split, (f".{lang}",)) for lang in (cfg.src, cfg.tgt)]
     if table_file is not None and all(text_files):
         raise AttncliError(f"{location}: {table_file.name} and {text_files[0].name} + "
                            f"{text_files[1].name} all hold the {split} split; keep one")
     if table_file is not None:
-        return SplitSource((table_file,), name, split, cfg.src, cfg.tgt)
+        return SplitSource((table_file,), name, split, cfg.src, cfg.tgt, sides)
     if all(text_files):
-        return SplitSource(tuple(text_files), name, split, cfg.src, cfg.tgt)
+        return SplitSource(tuple(text_files), name, split, cfg.src, cfg.tgt, sides)
     found = sorted(p.name for p in location.iterdir())[:8]
     raise AttncliError(f"{location}: no {split} split for {cfg.src}-{cfg.tgt} (expected "
                        f"{split}.jsonl, {split}.tsv or {split}.{cfg.src} + {split}.{cfg.tgt}; "
@@ -305,8 +316,12 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
 
 def open_split(source: SplitSource):
     """The split as a memory-mapped `datasets.Dataset` with two string columns, src and tgt
-    (rows as stored, empty ones included; see `data_files.read_split_files`)."""
-    return read_split_files(source.files, source.src, source.tgt)
+    (rows as stored, empty ones included; see `data_files.read_split_files`), Chinese sides
+    converted to simplified script where the config asks (`chinese_script.py`)."""
+    if source.simplified:
+        simplifier()  # a missing converter is said before the files are read
+    ds = read_split_files(source.files, source.src, source.tgt)
+    return convert_columns(ds, source.simplified)
 
 
 def load_split(cfg: DataConfig, split: str) -> ParallelText:

@@ -22,9 +22,10 @@ from attncli.average import averaged_facts, describe
 from attncli.config import DecodeConfig
 from attncli.device import resolve_decode_precision, resolve_device
 from attncli.errors import AttncliError
+from attncli.languages import base_language
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.search import Hypothesis, SentenceDone, translate_ids
-from attncli.tokenizer import EOS_ID, Tokenizer, base_language
+from attncli.tokenizer import EOS_ID, Tokenizer
 from attncli.trained import TrainedModel, load_trained_model
 
 # Positions kept free when a long source is cut: the model never saw sources near the limit,

@@ -18,16 +18,12 @@ import sentencepiece as spm
 from attncli.atomic import atomic_write_bytes
 from attncli.config import TokenizerConfig
 from attncli.errors import AttncliError
+from attncli.languages import base_language
 from attncli.runs import RunPaths
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # Languages written with full-width punctuation (，。！？), which NFKC would turn into ASCII.
 FULL_WIDTH_PUNCTUATION = {"zh", "ja", "ko"}
-
-
-# ISO 639-3 (and -2) codes of the languages above, which data sets use too (Tatoeba: cmn).
-_CJK_CODES = {"cmn": "zh", "zho": "zh", "chi": "zh", "yue": "zh", "wuu": "zh", "lzh": "zh",
-              "jpn": "ja", "kor": "ko"}
 
 
 # What `translate` and `serve` say of a text with no visible character (a zero-width space,
@@ -40,17 +36,6 @@ _INVISIBLE = {"Cc", "Cf", "Zs", "Zl", "Zp"}  # controls, formats, separators
 def no_visible_text(text: str) -> bool:
     """Whether `text` has no character but invisible ones (see NO_TEXT)."""
     return all(unicodedata.category(c) in _INVISIBLE or c.isspace() for c in text)
-
-
-def base_language(code: str) -> str:
-    """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'zh' (see _CJK_CODES)."""
-    base = language_subtag(code)
-    return _CJK_CODES.get(base, base)
-
-
-def language_subtag(code: str) -> str:
-    """The code's first subtag, as given: 'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'cmn'."""
-    return code.lower().replace("_", "-").split("-")[0]
 
 
 def normalization_rule(setting: str, languages: Sequence[str]) -> str:
@@ -91,6 +76,9 @@ class Tokenizer:
     def __init__(self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor):
         self.src, self.tgt = src, tgt
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+        # What a source text goes through before it is encoded, as the training sources went
+        # (the run's script conversion, set by `trained.load_trained_model`); None: nothing.
+        self.prepare_src: Callable[[str], str] | None = None
 
     @property
     def joint(self) -> bool:
@@ -106,6 +94,8 @@ class Tokenizer:
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
         """Subword ids followed by EOS (the encoder needs no BOS)."""
+        if self.prepare_src is not None:
+            texts = [self.prepare_src(text) for text in texts]
         return [ids + [EOS_ID] for ids in encode_texts(self.src, texts)]
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:

@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from attncli.checkpoint import checkpoint_dir, load_weights
+from attncli.chinese_script import simplifier
 from attncli.config import Config, load_config
+from attncli.languages import converted_sides
 from attncli.model.build import build_model
 from attncli.resume_rules import model_fingerprint
 from attncli.runs import RunPaths, open_run
@@ -43,6 +45,11 @@ def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "a
     folder = checkpoint_dir(paths, checkpoint)
     config = load_config(paths.config)
     tokenizer = load_tokenizer(paths, config.tokenizer.joint)
+    data = config.data
+    if sides := converted_sides(data.chinese_script, data.src, data.tgt):
+        convert = simplifier()  # this run reads Chinese through OpenCC: installed, or one line
+        if "src" in sides:  # sources in the script the model learnt from
+            tokenizer.prepare_src = convert
     if not weights:
         return TrainedModel(paths, config, tokenizer, None, device, folder)
     model = build_model(config, tokenizer)

@@ -74,9 +74,11 @@ def tiny_model_config() -> ModelConfig:
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
-    """A data folder whose `multi30k` is the toy corpus (400 train, 40 val, 40 test pairs)."""
+    """A data folder whose `tatoeba-en-de` (small.yaml's data set) and `multi30k`
+    (multi30k.yaml's) are the toy corpus (400 train, 40 val, 40 test pairs)."""
     root = tmp_path_factory.mktemp("data")
-    write_toy_corpus(root / "multi30k", {"train": 400, "val": 40, "test": 40})
+    for name in ("tatoeba-en-de", "multi30k"):
+        write_toy_corpus(root / name, {"train": 400, "val": 40, "test": 40})
     return root
 
 

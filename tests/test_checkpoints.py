@@ -597,7 +597,7 @@ def test_a_resume_on_other_training_data_is_refused(runs, data_dir, tmp_path):
     run = _copy(runs, "other-data")
     _cut_back(run, 4)
     other = Path(shutil.copytree(data_dir, tmp_path / "data"))
-    train_file = other / "multi30k" / "train.jsonl"
+    train_file = other / "tatoeba-en-de" / "train.jsonl"
     train_file.write_text("".join(train_file.read_text().splitlines(keepends=True)[:380]))
     before = (run / "metrics.jsonl").read_bytes()
     result = resume(other, run, "train.max_steps=8")

@@ -65,7 +65,7 @@ def test_a_training_file_that_cannot_be_read_is_one_line_naming_it(data_dir, tmp
     folder = tmp_path / "broken"
     folder.mkdir()
     for split in ("val", "test"):
-        (folder / f"{split}.jsonl").write_bytes((data_dir / "multi30k" / f"{split}.jsonl")
+        (folder / f"{split}.jsonl").write_bytes((data_dir / "tatoeba-en-de" / f"{split}.jsonl")
                                                 .read_bytes())
     (folder / "train.jsonl").write_text(train_text, "utf-8")
     result = train(data_dir, tmp_path / "runs", SMALL, sets=[f"data.dataset={folder}"])

@@ -92,7 +92,8 @@ def test_other_codes_for_chinese_japanese_and_korean_are_those_languages():
     """Tatoeba writes Mandarin as cmn: it got NFKC (，？！ turned ASCII) and whitespace BLEU
     (0.00 for near-perfect output)."""
     from attncli.evaluate import bleu_tokenizer
-    from attncli.tokenizer import base_language, normalization_rule
+    from attncli.languages import base_language
+    from attncli.tokenizer import normalization_rule
 
     assert [base_language(c) for c in ("cmn", "zho", "yue", "jpn", "kor", "zh-Hant")] == [
         "zh", "zh", "zh", "ja", "ko", "zh"]

@@ -1,0 +1,42 @@
+"""Language codes as configs and data sets write them: the base language of a code, and whether
+a Chinese code asks for traditional characters.
+
+Kept apart and free of attncli imports because the config's checks, the tokenizer's
+normalization, the BLEU tokenizer and the script conversion all ask these questions.
+"""
+
+from __future__ import annotations
+
+# ISO 639-3 (and -2) codes of Chinese, Japanese and Korean, which data sets use too (Tatoeba:
+# cmn), mapped to the two-letter codes the rest of attncli asks about.
+_CJK_CODES = {"cmn": "zh", "zho": "zh", "chi": "zh", "yue": "zh", "wuu": "zh", "lzh": "zh",
+              "jpn": "ja", "kor": "ko"}
+
+# Subtags that mark a Chinese language code as written in traditional characters.
+TRADITIONAL_SUBTAGS = {"hant", "tw", "hk", "mo"}
+
+
+def base_language(code: str) -> str:
+    """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'zh' (see _CJK_CODES)."""
+    base = language_subtag(code)
+    return _CJK_CODES.get(base, base)
+
+
+def language_subtag(code: str) -> str:
+    """The code's first subtag, as given: 'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'cmn'."""
+    return code.lower().replace("_", "-").split("-")[0]
+
+
+def is_traditional(code: str) -> bool:
+    """'zh-Hant', 'zh_TW', 'cmn-Hant-TW' -> True; 'zh', 'zh-Hans', 'cmn', 'de' -> False."""
+    subtags = code.lower().replace("_", "-").split("-")
+    return base_language(code) == "zh" and bool(TRADITIONAL_SUBTAGS & set(subtags[1:]))
+
+
+def converted_sides(script: str | None, src: str, tgt: str) -> tuple[str, ...]:
+    """The sides ('src', 'tgt') whose text `data.chinese_script` converts: those in Chinese
+    that is not marked traditional (that script is what its user asked for)."""
+    if script != "simplified":
+        return ()
+    return tuple(side for side, code in (("src", src), ("tgt", tgt))
+                 if base_language(code) == "zh" and not is_traditional(code))
