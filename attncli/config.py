@@ -24,11 +24,14 @@ from pydantic import (
 
 from attncli.atomic import atomic_write_text
 from attncli.errors import AttncliError
+from attncli.languages import converted_sides, is_traditional
 from attncli.yaml_loader import ConfigLoader
 
 # `train.pad_multiple: auto` picks 1 or this (see device.resolve_pad_multiple); configs are
 # checked against the larger, so a config that fits on one machine fits on every machine.
 LARGEST_AUTO_PAD_MULTIPLE = 8
+# train.examples: a few sentences to watch, not a test set (each costs decoding at validation).
+MAX_EXAMPLES = 32
 
 
 class _Section(BaseModel):
@@ -74,11 +77,26 @@ class DataConfig(_Section):
     num_proc: int | None = Field(
         None, ge=1, description="Processes that tokenize a split (null: every CPU core), "
                                 "at most one per 50,000 rows.")
+    chinese_script: Literal["simplified"] | None = Field(
+        None, description="Convert Chinese text (src or tgt) to this script when it is read, "
+        "with OpenCC (simplified: t2s); a language marked traditional (zh-Hant, zh-TW, zh-HK) "
+        "is never converted. null: text as stored.")
 
     @model_validator(mode="after")
     def _two_languages(self) -> DataConfig:
         if self.src == self.tgt:
             raise ValueError(f"src and tgt are both {self.src!r}: a translation needs two")
+        return self
+
+    @model_validator(mode="after")
+    def _script_has_chinese_to_convert(self) -> DataConfig:
+        """A conversion that would touch neither side is a mistake said now, not ignored."""
+        if self.chinese_script and not converted_sides(self.chinese_script, self.src, self.tgt):
+            marked = [code for code in (self.src, self.tgt) if is_traditional(code)]
+            why = (f"{marked[0]} is marked traditional and is never converted" if marked
+                   else f"neither {self.src} nor {self.tgt} is Chinese")
+            raise ValueError(f"chinese_script: {self.chinese_script} converts Chinese text, "
+                             f"but {why}; set data.chinese_script: null")
         return self
 
 
@@ -196,6 +214,11 @@ class TrainConfig(_Section):
     tensorboard: bool | Literal["auto"] = Field(
         "auto", description="Also log the metrics to RUN/tensorboard/ (auto: when tensorboard "
                             "is installed).")
+    examples: list[str] = Field(
+        default_factory=list,
+        description="Source sentences translated at each validation (beam and limits as "
+        "decode.*) and shown in the console, train.log, metrics.jsonl and TensorBoard: the "
+        "model learning, sentence by sentence.")
 
     @field_validator("pad_multiple", "workers", mode="before")
     @classmethod
@@ -205,6 +228,25 @@ class TrainConfig(_Section):
                                and value >= least):
             return value
         raise ValueError(f"expected a whole number >= {least} or auto (got {value!r})")
+
+    @field_validator("examples", mode="before")
+    @classmethod
+    def _few_examples(cls, value: Any) -> Any:
+        if value is None:  # `examples:` with nothing under it
+            return []
+        if isinstance(value, list) and len(value) > MAX_EXAMPLES:
+            raise ValueError(f"at most {MAX_EXAMPLES} examples (got {len(value)}): they are "
+                             f"translated at every validation")
+        return value
+
+    @field_validator("examples")
+    @classmethod
+    def _examples_are_text(cls, value: list[str]) -> list[str]:
+        for number, text in enumerate(value, 1):
+            if not text.strip() or "\x00" in text:
+                raise ValueError(f"example {number} ({text!r}) holds no text: give each "
+                                 f"example as a non-empty sentence")
+        return value
 
     @model_validator(mode="after")
     def _averaged_saves_are_kept(self) -> TrainConfig:

@@ -12,6 +12,7 @@ from typing import Any
 
 from attncli.config import Config, ModelConfig, TrainConfig
 from attncli.errors import AttncliError
+from attncli.languages import language_subtag
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
@@ -21,7 +22,7 @@ RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
         "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
         "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
-        "workers", "tensorboard", "average_last"}),
+        "workers", "tensorboard", "average_last", "examples"}),
     "decode": None,  # every key: decoding settings only affect validation BLEU
 }
 _WHY_FIXED = {"data": "it changes the training data and its order",
@@ -130,7 +131,6 @@ def _former_bleu_tokenizer(tgt: str) -> str:
     """The sacreBLEU tokenizer of saves that did not record one: CJK targets were known by
     their two-letter codes only (Tatoeba's `cmn` was scored with 13a)."""
     from attncli.evaluate import bleu_tokenizer
-    from attncli.tokenizer import language_subtag
 
     base = language_subtag(tgt)
     return bleu_tokenizer(base) if base in ("zh", "ja", "ko") else "13a"

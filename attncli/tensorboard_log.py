@@ -32,10 +32,21 @@ class TensorBoardLog:
     def __call__(self, record: dict[str, Any]) -> None:
         for figure in SCALARS.get(record.get("event"), ()):
             self.writer.add_scalar(f"{record['event']}/{figure}", record[figure], record["step"])
+        if record.get("event") == "examples":  # the text panel, a table per validation
+            self.writer.add_text("examples", examples_table(record["examples"]), record["step"])
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
+
+
+def examples_table(examples: list[dict[str, str]]) -> str:
+    """The examples as a Markdown table, as TensorBoard's text panel renders it."""
+    def cell(text: str) -> str:
+        return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+    rows = [f"| {cell(e['source'])} | {cell(e['output'])} |" for e in examples]
+    return "\n".join(["| source | output |", "| --- | --- |", *rows])
 
 
 def open_tensorboard(setting: bool | str, folder: Path,

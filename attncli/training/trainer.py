@@ -36,7 +36,7 @@ from attncli.training.figures import UpdateFigures
 from attncli.training.optim import inverse_sqrt_lr, make_optimizer
 from attncli.training.step import compile_loss, train_step
 from attncli.training.stops import SIGNAL_ECHO_S, StopSignal, Stopwatch
-from attncli.training.validate import Validator
+from attncli.training.validate import Validator, translate_examples
 
 
 class Trainer:
@@ -283,8 +283,21 @@ class Trainer:
                            f"{' (best)' if improved else ''} [loss {scores.loss_seconds:.1f} s, "
                            f"BLEU {scores.bleu_seconds:.1f} s]")
         if self.world.primary:
+            self._show_examples()
             plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)
         return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
+
+    def _show_examples(self) -> None:
+        """`train.examples` and what the model makes of them now: console, train.log,
+        metrics.jsonl (and TensorBoard's text panel through it)."""
+        if not self.cfg.examples:
+            return
+        outputs = translate_examples(self.config, self.model, self.tokenizer, self.device)
+        pairs = list(zip(self.cfg.examples, outputs, strict=True))
+        self.metrics.write({"event": "examples", "step": self.state.step,
+                            "examples": [{"source": src, "output": out} for src, out in pairs]})
+        for number, (src, out) in enumerate(pairs, 1):
+            self.reporter.line(f"  example {number}: {src}\n          -> {out}")
 
     def _save_due(self, step: int) -> bool:
         """Whether the schedule saves at `step` (eval_every, save_every)."""

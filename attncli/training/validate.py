@@ -97,6 +97,19 @@ class Validator:
         return corpus_scores(hyps, self.ref, self.config.data.tgt)["bleu"]
 
 
+def translate_examples(config, model: nn.Module, tokenizer, device: torch.device) -> list[str]:
+    """`train.examples` translated as `attncli translate` would (decode.beam and the decode
+    settings, eval's precision). No random number is drawn (the model is in eval mode and the
+    search is deterministic), so a run's loss curve is the same with and without examples."""
+    from attncli.evaluate import translate_texts
+
+    model.eval()
+    precision = resolve_decode_precision(config.train.precision, device)
+    found = translate_texts(model, tokenizer, config.train.examples, config.decode,
+                            config.decode.beam, 1, device, precision=precision)
+    return [tokenizer.decode_tgt(hypotheses[0].tokens) for hypotheses in found]
+
+
 def score_weights(trainer: Any, weights: dict[str, torch.Tensor],
                   source: Path | None = None) -> ValScores:
     """Validation loss and greedy BLEU of `weights` (read from `source`, which errors name) in
