@@ -130,7 +130,7 @@ def prepare(
 ) -> None:
     """Train the tokenizer and tokenize the train and val splits into the data cache, without
     training: a later `attncli train` with the same data and tokenizer settings starts at once."""
-    from attncli.config import load_config
+    from attncli.config_files import load_config
     from attncli.corpus import prepare_command
 
     prepare_command(load_config(config, set_))

@@ -8,7 +8,7 @@
       checkpoints/pointers.json    {"last": "step-<N>", "best": "step-<M>"}, replaced atomically
       checkpoints/averaged/        the mean of the last step folders (`attncli average`, or
                                    train.average_last when training ends)
-      metrics.jsonl                one JSON object per log or validation event
+      metrics.jsonl                one JSON object per log, validation or examples event
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
       eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*)
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from attncli.atomic import atomic_write_text
-from attncli.config import Config, load_config
+from attncli.config import Config
+from attncli.config_files import load_config
 from attncli.errors import AttncliError
 from attncli.resume_rules import check_resume_changes, check_resume_limits
 from attncli.tensorboard_log import tensorboard_wanted

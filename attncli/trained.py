@@ -14,7 +14,8 @@ from torch import nn
 
 from attncli.checkpoint import checkpoint_dir, load_weights
 from attncli.chinese_script import simplifier
-from attncli.config import Config, load_config
+from attncli.config import Config
+from attncli.config_files import load_config
 from attncli.languages import converted_sides
 from attncli.model.build import build_model
 from attncli.resume_rules import model_fingerprint

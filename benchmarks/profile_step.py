@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attncli.bench.train_suite import synthetic_batches
-from attncli.config import load_config
+from attncli.config_files import load_config
 from attncli.device import cpu_supports_bf16, resolve_pad_multiple
 from attncli.distributed import SummedLoss
 from attncli.malloc import keep_freed_memory

@@ -237,7 +237,7 @@ def test_flop_count_agrees_with_torchs_flop_counter(scoring):
     on which path computes them."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from attncli.config import load_config
+    from attncli.config_files import load_config
 
     cfg = load_config("configs/small.yaml").model.model_copy(
         update={"attention": "reference", "scoring": scoring})

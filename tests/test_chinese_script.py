@@ -13,7 +13,8 @@ import torch
 from helpers import REPO, SMALL, assert_one_line_error, resume, run_cli, train
 
 from attncli.chinese_script import simplifier
-from attncli.config import DataConfig, load_config
+from attncli.config import DataConfig
+from attncli.config_files import load_config
 from attncli.data import load_split, split_source
 from attncli.errors import AttncliError
 from attncli.trained import load_trained_model

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attncli.config import Config, load_config, parse_config, read_yaml
+from attncli.config import Config
+from attncli.config_files import load_config, parse_config, read_yaml
 from attncli.errors import AttncliError
 from attncli.resume_rules import check_resume_changes, model_fingerprint
 

@@ -10,7 +10,8 @@ import pytest
 from conftest import toy_pairs
 from helpers import SMALL, assert_one_line_error, run_cli, train
 
-from attncli.config import DataConfig, parse_config
+from attncli.config import DataConfig
+from attncli.config_files import parse_config
 from attncli.data import load_split, resolve_dataset, split_source
 from attncli.errors import AttncliError
 

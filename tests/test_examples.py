@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers import REPO, SMALL, metrics, resume, train
 
-from attncli.config import MAX_EXAMPLES, load_config
+from attncli.config import MAX_EXAMPLES
+from attncli.config_files import load_config
 from attncli.errors import AttncliError
 
 EXAMPLES = ["The man sees a red ball.", "A girl | paints the old car."]

@@ -19,14 +19,8 @@ import pytest
 import torch
 
 from attncli.checkpoint import save_checkpoint
-from attncli.config import (
-    Config,
-    DataConfig,
-    DecodeConfig,
-    ModelConfig,
-    TokenizerConfig,
-    save_config,
-)
+from attncli.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
+from attncli.config_files import save_config
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
 from attncli.model.build import build_model
 from attncli.resume_rules import model_fingerprint

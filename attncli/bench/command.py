@@ -20,7 +20,8 @@ from attncli.bench.infer_suite import INFER_OUTPUT_LEN, run_infer_suite
 from attncli.bench.peaks import device_name, device_peak
 from attncli.bench.render import RENDERERS
 from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
-from attncli.config import Config, load_config
+from attncli.config import Config
+from attncli.config_files import load_config
 from attncli.device import (
     allow_tf32,
     resolve_decode_precision,

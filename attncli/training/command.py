@@ -12,7 +12,8 @@ import os
 from collections.abc import Iterator
 
 from attncli import distributed
-from attncli.config import check_process_shares, load_config, save_config
+from attncli.config import check_process_shares
+from attncli.config_files import load_config, save_config
 from attncli.device import allow_tf32, set_threads
 from attncli.distributed import World
 from attncli.errors import LAUNCHER_ENV, AttncliError, report

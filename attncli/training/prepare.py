@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from attncli.batching import padding_share
-from attncli.config import save_config
+from attncli.config_files import save_config
 from attncli.corpus import prepare_training_data
 from attncli.distributed import World
 from attncli.errors import AttncliError
