@@ -65,7 +65,8 @@ class HubLayout:
 # Names whose Hub copy needs a `HubLayout` (with data.subset unset). Tatoeba as
 # sentence-transformers exports it: plain Parquet files, a train and a dev split of one
 # translation per row (an English sentence with several translations has several rows), no
-# test split; the local folders of the same names were split from their export by the same rule.
+# test split; the shared tatoeba-en-de folder was split from manythings.org's export by the same
+# rule (its README).
 _TATOEBA = "sentence-transformers/parallel-sentences-tatoeba"
 HUB_LAYOUTS = {
     f"tatoeba-en-{lang}": HubLayout(_TATOEBA, f"en-{lang}",

@@ -1,4 +1,5 @@
-"""Training metrics in TensorBoard: the scalars of metrics.jsonl, also under RUN/tensorboard/.
+"""Training metrics in TensorBoard: the scalars of metrics.jsonl, and the `train.examples`
+translations as text, also under RUN/tensorboard/.
 
     tensorboard --logdir runs
 

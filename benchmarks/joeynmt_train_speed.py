@@ -17,7 +17,8 @@ the whole epoch. Both count real (non-pad) target tokens, end-of-sentence includ
 
 The config is 0.4's small.yaml, frozen in benchmarks/configs/ (the model JoeyNMT's anchor config
 matches: 3+3 layers, d_model 256, 7.59M parameters, 2,048-token batches); the shipped
-configs/small.yaml has since become a smaller model. `--set train.log_every=78` must equal the
+configs/small.yaml has since moved to Tatoeba en→de (0.6), and 0.5's smaller Multi30k model
+is configs/multi30k.yaml. `--set train.log_every=78` must equal the
 "batches per epoch" that attncli prints for the slice, so that one log window is the whole
 epoch: 78 for the first 8,000 pairs when `pad_multiple` resolves to 8, a different count with
 other multiples (4 on AMX CPUs, 1 in fp32 on CPU).

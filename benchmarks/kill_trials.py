@@ -2,7 +2,7 @@
 
     python benchmarks/kill_trials.py [--kills 24] [--in-save 8] [--steps 400] [--seed 0]
 
-1. A reference run trains a small config (small.yaml shrunk: d_model 64, 2+2 layers, a
+1. A reference run trains a small config (multi30k.yaml shrunk: d_model 64, 2+2 layers, a
    Multi30k slice) for `--steps` updates without interruption, saving every 4 updates.
 2. A trial run of the same config is killed `--kills` times and resumed with
    `attncli train --resume` after each kill. `--in-save` of the kills stop the process inside a
@@ -42,7 +42,7 @@ CONFIG = [
 
 
 def _command(run: Path, steps: int, fresh: bool) -> list[str]:
-    head = ["train", str(REPO / "configs" / "small.yaml"), "--runs-dir", str(run.parent),
+    head = ["train", str(REPO / "configs" / "multi30k.yaml"), "--runs-dir", str(run.parent),
             "--name", run.name] if fresh else ["train", "--resume", str(run)]
     sets = [*CONFIG, f"train.max_steps={steps}"] if fresh else [f"train.max_steps={steps}"]
     return [sys.executable, "-m", "attncli", *head, *(a for s in sets for a in ("--set", s))]
@@ -75,7 +75,7 @@ def _last_step(run: Path) -> int:
 def _check_checkpoints(run: Path) -> list[str]:
     """Load what pointers.json names, as a resume would; returns the failures."""
     from attncli.checkpoint import checkpoint_dir, load_checkpoint
-    from attncli.config import load_config
+    from attncli.config_files import load_config
     from attncli.errors import AttncliError
     from attncli.model.build import build_model
     from attncli.resume_rules import model_fingerprint

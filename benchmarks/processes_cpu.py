@@ -4,10 +4,11 @@ same cores).
 
     ATTNCLI_DATA_DIR=../shared/data python benchmarks/processes_cpu.py [--steps 100]
 
-Both runs: configs/small.yaml on Multi30k, `train.accum_steps=2` (one process accumulates the
-two batches of an update, two processes take one each), fp32 and no dropout (each process
-draws its own dropout masks), the same seed. Prints, per run, the wall time, the median logged
-target tokens/s and the final loss, then the largest loss difference over all updates.
+Both runs: configs/multi30k.yaml (small.yaml before 0.6), `train.accum_steps=2` (one process
+accumulates the two batches of an update, two processes take one each), fp32 and no dropout
+(each process draws its own dropout masks), the same seed. Prints, per run, the wall time, the
+median logged target tokens/s and the final loss, then the largest loss difference over all
+updates.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def train(runs: Path, name: str, steps: int, processes: int, extra: list[str]) -
     sets = [f"train.max_steps={steps}", "train.accum_steps=2", "train.precision=fp32",
             "model.dropout=0", "train.log_every=1", "train.eval_every=1000000",
             "data.valid_limit=50", *extra]
-    command = [sys.executable, "-m", "attncli", "train", "configs/small.yaml", "--runs-dir",
+    command = [sys.executable, "-m", "attncli", "train", "configs/multi30k.yaml", "--runs-dir",
                str(runs), "--name", name, "--nproc", str(processes)]
     for item in sets:
         command += ["--set", item]

@@ -1,15 +1,19 @@
 """Does this code train exactly as another commit does? Loss curves side by side.
 
-Runs `attncli train configs/small.yaml` for a few updates with `train.log_every=1` from this
-tree and from a git commit (checked out with `git archive` into a temporary folder), once per
-precision asked, and compares every figure of metrics.jsonl that is not a timing: loss,
-learning rate and gradient norm at each update, validation loss and BLEU at the end. A refactor
-that claims "behaviour unchanged" must show 0 differences here.
+Runs `attncli train configs/small.yaml` (or `--config`) for a few updates with
+`train.log_every=1` from this tree and from a git commit (checked out with `git archive` into a
+temporary folder), once per precision asked, and compares every figure of metrics.jsonl that
+is not a timing: loss, learning rate and gradient norm at each update, validation loss and
+BLEU at the end. A refactor that claims "behaviour unchanged" must show 0 differences here.
 
-    ATTNCLI_DATA_DIR=../shared/data python benchmarks/same_curve.py --ref d483db1
-    python benchmarks/same_curve.py --ref d483db1 --precision fp32 --precision bf16 --steps 20
+    ATTNCLI_DATA_DIR=../shared/data python benchmarks/same_curve.py --ref HEAD~3
+    python benchmarks/same_curve.py --ref HEAD~3 --precision fp32 --precision bf16 --steps 20
+    python benchmarks/same_curve.py --ref 16bf37f --config configs/multi30k.yaml \
+        --ref-config configs/small.yaml       # a recipe that moved to another file
 
-bf16 is skipped (and said so) on a CPU without bf16 support. Needs the corpora (Multi30k).
+small.yaml was Multi30k until 0.6 and is Tatoeba en→de since: against a commit before that,
+compare `--config configs/multi30k.yaml --ref-config configs/small.yaml`. bf16 is skipped (and
+said so) on a CPU without bf16 support. Needs the corpus the configs name.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ def checkout(ref: str, into: Path) -> Path:
 
 
 def train_curve(tree: Path, precision: str, steps: int, work: Path,
-                extra: list[str] = ()) -> list[dict]:
-    """metrics.jsonl of a short small.yaml run trained by the code in `tree`."""
+                extra: list[str] = (), config: str = "configs/small.yaml") -> list[dict]:
+    """metrics.jsonl of a short run of `config` (in `tree`) trained by the code in `tree`."""
     runs = work / f"runs-{precision}"
     settings = [f"train.max_steps={steps}", "train.log_every=1", f"train.eval_every={steps}",
                 f"train.precision={precision}", "data.valid_limit=100", "train.tensorboard=false",
                 *extra]
-    command = [sys.executable, "-m", "attncli", "train", str(tree / "configs/small.yaml"),
+    command = [sys.executable, "-m", "attncli", "train", str(tree / config),
                "--name", "curve", "--runs-dir", str(runs)]
     for setting in settings:
         command += ["--set", setting]
@@ -79,6 +83,9 @@ def main() -> int:
     parser.add_argument("--ref", required=True, help="git commit to compare with")
     parser.add_argument("--precision", action="append", choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--config", default="configs/small.yaml",
+                        help="the config trained here (a path in this tree)")
+    parser.add_argument("--ref-config", help="the config trained by --ref (default: --config)")
     parser.add_argument("--set", action="append", default=[], dest="settings",
                         help="a config override for both trees, e.g. train.pad_multiple=8")
     args = parser.parse_args()
@@ -92,8 +99,10 @@ def main() -> int:
             if precision == "bf16" and not bf16_supported():
                 print("bf16: skipped, this CPU has no bf16 support")
                 continue
-            ours = train_curve(HERE, precision, args.steps, work / "here", args.settings)
-            theirs = train_curve(other, precision, args.steps, work / "there", args.settings)
+            ours = train_curve(HERE, precision, args.steps, work / "here", args.settings,
+                               args.config)
+            theirs = train_curve(other, precision, args.steps, work / "there", args.settings,
+                                 args.ref_config or args.config)
             differences = compare(ours, theirs)
             losses = [f"{e['loss']:.6f}" for e in ours if e.get("event") == "train"]
             print(f"{precision}: {len(ours)} events, {len(differences)} differences "

@@ -26,8 +26,9 @@ TINY = [
     "train.average_last=0",  # small.yaml averages its last 5 saves; most tests keep fewer
     "train.lr=0.001", "model.dropout=0.1",  # what the tests were written for, not the recipe's
     # fp32 on every CPU kind: `auto` would train in bf16 where the CPU has it, and round batch
-    # lengths to a multiple that depends on AMX, so each kind would train another model
-    "train.precision=fp32",
+    # lengths to a multiple that depends on AMX, so each kind would train another model; the
+    # padding multiple left to `auto` (1 in fp32), as most configs leave it
+    "train.precision=fp32", "train.pad_multiple=auto",
     "train.examples=[]",  # small.yaml's examples are decoded at each validation (test_examples)
 ]
 

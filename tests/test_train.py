@@ -291,7 +291,7 @@ def test_the_progress_bar_counts_to_the_first_limit_the_run_will_meet():
     from attncli.config import TrainConfig
     from attncli.training.prepare import planned_updates
 
-    # small.yaml's 100 epochs of 133 batches end a --set train.max_steps=20000 run at 13,300
+    # multi30k.yaml's 100 epochs of 133 batches end a --set train.max_steps=20000 run at 13,300
     assert planned_updates(TrainConfig(max_epochs=100, max_steps=20000), 133) == 13_300
     assert planned_updates(TrainConfig(max_epochs=100, max_steps=500), 133) == 500
     assert planned_updates(TrainConfig(max_epochs=2, accum_steps=2), 133) == 134
