@@ -8,16 +8,23 @@
 
 Corpus scores on a test split say little about the short, conversational input a user tries
 first, nor about outputs that say one phrase over and over. With the list (`everyday.tsv`, next
-to this file: columns en, de, zh) this prints a markdown table (source, output, reference,
-sentence chrF), corpus chrF (sacreBLEU), how many outputs equal their reference once
-punctuation and spaces are set aside (whether an output is right is judged by a reader, not
-here), and how many outputs repeat a word 3-gram. Words are split on whitespace; for Chinese,
-Japanese and Korean they are characters. With `--sentences` or `--from-jsonl` only the
-repetition counts are printed. Translation goes the way `attncli translate` goes
-(`evaluate.load_for_decoding`, `encode_sources`, `decode_ids`, `decode_tgt`).
+to this file: columns en, de, de_accepted, zh, zh_accepted) this prints a markdown table
+(source, output, reference, sentence chrF, right or not, in the run's training data or not),
+corpus chrF (sacreBLEU), how many outputs are right, and how many outputs repeat a word 3-gram.
+Words are split on whitespace; for Chinese, Japanese and Korean they are characters. With
+`--sentences` or `--from-jsonl` only the repetition counts are printed. Translation goes the
+way `attncli translate` goes (`evaluate.load_for_decoding`, `encode_sources`, `decode_ids`,
+`decode_tgt`).
+
+A row is "right" when its output equals the reference or one of the variants in the
+`<target>_accepted` column (`|`-separated), punctuation and spaces aside; the variants were
+written before any output was read. Sentences whose English is in the run's own training split
+(lower-cased, punctuation removed, exact match) are counted apart: a model that answers them
+recalls, one that answers the others translates.
 
 `--check-overlap` lists the list's English sentences that occur in a Multi30k split or in the
-Tatoeba en-zh train split (lower-cased, punctuation removed, exact match), and exits 1 if any.
+Tatoeba en-zh or en-de train split (lower-cased, punctuation removed, exact match), and exits
+1 if any (4 of the 17 are in tatoeba-en-de's train split: docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -30,15 +37,17 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from attncli.errors import run_reporting
+from attncli.config import Config
+from attncli.data import open_split, split_source
+from attncli.errors import AttncliError, run_reporting
 from attncli.evaluate import corpus_scores, decode_ids, encode_sources, load_for_decoding
-from attncli.tokenizer import base_language
+from attncli.languages import base_language
 
 LIST = Path(__file__).with_name("everyday.tsv")
 CJK = ("zh", "ja", "ko")
-# The corpora an everyday sentence must not come from (under $ATTNCLI_DATA_DIR).
+# Training corpora whose overlap with the list is reported (under $ATTNCLI_DATA_DIR).
 CORPORA = ("multi30k/train.jsonl", "multi30k/val.jsonl", "multi30k/test.jsonl",
-           "tatoeba-en-zh/train.jsonl")
+           "tatoeba-en-zh/train.jsonl", "tatoeba-en-de/train.jsonl")
 
 
 def normalise(text: str, lower: bool = False) -> str:
@@ -59,13 +68,33 @@ def repeated_trigrams(units: list[str]) -> int:
     return len(grams) - len(set(grams))
 
 
-def translate(args: argparse.Namespace, texts: list[str]) -> tuple[list[str], str]:
-    """The run's best translations of ``texts`` and the run's target language."""
+def translate(args: argparse.Namespace, texts: list[str]) -> tuple[list[str], Config]:
+    """The run's best translations of ``texts`` and the run's config."""
     trained = load_for_decoding(Path(args.run), args.device, args.checkpoint,
                                 no_repeat_ngram=args.no_repeat_ngram)
     ids = encode_sources(trained.tokenizer, texts, trained.config.model.max_positions)
     found = decode_ids(trained, ids, args.beam, 1)
-    return [trained.tokenizer.decode_tgt(h[0].tokens) for h in found], trained.config.data.tgt
+    return [trained.tokenizer.decode_tgt(h[0].tokens) for h in found], trained.config
+
+
+def seen_in_training(config: Config, sentences: list[str]) -> list[bool] | None:
+    """Whether each sentence's English is in the run's training split (None: the split is not
+    found here, e.g. ATTNCLI_DATA_DIR unset)."""
+    try:
+        rows = open_split(split_source(config.data, "train"))
+    except AttncliError:
+        return None
+    known = {normalise(text or "", lower=True) for text in rows["src"]}
+    return [normalise(sentence, lower=True) in known for sentence in sentences]
+
+
+def is_right(output: str, row: dict[str, str], target: str) -> bool:
+    """The output equals the reference or an accepted variant, punctuation and spaces aside."""
+    cjk = target in CJK
+    accepted = [row[target], *(v for v in row.get(f"{target}_accepted", "").split("|")
+                               if v.strip())]
+    mine = words(normalise(output), cjk)
+    return any(mine == words(normalise(variant), cjk) for variant in accepted)
 
 
 def repetition_line(outputs: list[str], cjk: bool) -> str:
@@ -84,22 +113,29 @@ def score_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
 
     with LIST.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    outputs, run_target = translate(args, [row["en"] for row in rows])
-    target = args.target or base_language(run_target)
+    outputs, config = translate(args, [row["en"] for row in rows])
+    target = args.target or base_language(config.data.tgt)
     if target not in rows[0]:
         parser.error(f"--target {target}: {LIST.name} has references in de and zh only")
-    refs, cjk = [row[target] for row in rows], target in CJK
-    chrf = CHRF()
-    print("| # | source | output | reference | chrF |\n| --- | --- | --- | --- | ---: |")
-    for i, (row, out, ref) in enumerate(zip(rows, outputs, refs, strict=True), 1):
+    refs, chrf = [row[target] for row in rows], CHRF()
+    right = [is_right(out, row, target) for out, row in zip(outputs, rows, strict=True)]
+    seen = seen_in_training(config, [row["en"] for row in rows])
+    print("| # | source | output | reference | chrF | right | in training |\n"
+          "| --- | --- | --- | --- | ---: | --- | --- |")
+    for i, (row, out, ref) in enumerate(zip(rows, outputs, refs, strict=True)):
         score = chrf.sentence_score(out, [ref]).score
-        print(f"| {i} | {_cell(row['en'])} | {_cell(out)} | {_cell(ref)} | {score:.1f} |")
+        known = "?" if seen is None else "yes" if seen[i] else "no"
+        print(f"| {i + 1} | {_cell(row['en'])} | {_cell(out)} | {_cell(ref)} | {score:.1f} | "
+              f"{'yes' if right[i] else 'no'} | {known} |")
     corpus = corpus_scores(outputs, refs, target)
-    exact = sum(words(normalise(o), cjk) == words(normalise(r), cjk)
-                for o, r in zip(outputs, refs, strict=True))
     print(f"\ncorpus chrF {corpus['chrf']:.1f} ({corpus['chrf_signature']})")
-    print(f"{exact} of {len(rows)} outputs equal their reference (punctuation and spaces aside)")
-    print(repetition_line(outputs, cjk))
+    print(f"{sum(right)} of {len(rows)} outputs right (the reference or an accepted variant, "
+          f"punctuation and spaces aside)")
+    if seen is not None:
+        fresh = [r for r, s in zip(right, seen, strict=True) if not s]
+        print(f"  {sum(fresh)} of the {len(fresh)} sentences not in the training split; "
+              f"{sum(right) - sum(fresh)} of the {len(rows) - len(fresh)} that are")
+    print(repetition_line(outputs, target in CJK))
 
 
 def read_sentences(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
@@ -156,8 +192,8 @@ def main() -> None:
     if args.run is None:
         parser.error("give a run folder (or --check-overlap)")
     if args.sentences or args.from_jsonl:
-        outputs, target = translate(args, read_sentences(args, parser))
-        print(repetition_line(outputs, base_language(target) in CJK))
+        outputs, config = translate(args, read_sentences(args, parser))
+        print(repetition_line(outputs, base_language(config.data.tgt) in CJK))
     else:
         score_list(args, parser)
 
