@@ -15,7 +15,7 @@ from pathlib import Path
 import typer
 
 from attncli import __version__
-from attncli.errors import AttncliError, report
+from attncli.core.errors import AttncliError, report
 
 app = typer.Typer(
     name="attncli",
@@ -102,17 +102,17 @@ def train(
     ),
 ) -> None:
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
-    from attncli.runs import training_config
+    from attncli.runs.layout import training_config
 
     checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if resume is not None and (name is not None or runs_dir is not None):
         raise AttncliError(f"--resume {resume} continues that run in its own folder: "
                            f"--name and --runs-dir are for a new run")
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
-        from attncli.config import check_process_shares
+        from attncli.core.config import check_process_shares
 
         check_process_shares(checked.train, nproc, resumed is not None)
-        from attncli.distributed import launch
+        from attncli.training.distributed import launch
 
         launch(nproc, sys.argv[1:], device)  # each process comes back here, with LOCAL_RANK set
         return
@@ -130,8 +130,8 @@ def prepare(
 ) -> None:
     """Train the tokenizer and tokenize the train and val splits into the data cache, without
     training: a later `attncli train` with the same data and tokenizer settings starts at once."""
-    from attncli.config_files import load_config
-    from attncli.corpus import prepare_command
+    from attncli.core.config_files import load_config
+    from attncli.data.corpus import prepare_command
 
     prepare_command(load_config(config, set_))
 
@@ -256,7 +256,7 @@ def export(
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli\\[ct2]`)."""
-    from attncli.export import export_command
+    from attncli.decoding.ctranslate2 import export_command
 
     export_command(run_dir, to, quantization, output, force, checkpoint)
 
@@ -267,7 +267,7 @@ def average(
     last: int = typer.Option(..., "--last", min=2, help="How many of the newest step folders."),
 ) -> None:
     """Average the weights of the last N checkpoints into checkpoints/averaged/."""
-    from attncli.average import average_command
+    from attncli.runs.average import average_command
 
     average_command(run_dir, last)
 
@@ -292,7 +292,7 @@ def bench(
 
 def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
-    from attncli.malloc import keep_freed_memory
+    from attncli.core.malloc import keep_freed_memory
 
     keep_freed_memory()
     _escape_what_stdout_cannot_encode()
@@ -322,7 +322,7 @@ def _escape_what_stdout_cannot_encode() -> None:
     """On a standard output that is not UTF-8 (a Latin-1 or ASCII locale, PYTHONIOENCODING),
     characters it cannot encode are written as escapes: printing a German or Chinese output
     raised UnicodeEncodeError after the work was done, and the output was lost."""
-    from attncli.progress import writes_utf8
+    from attncli.core.console import writes_utf8
 
     for stream in (sys.stdout, sys.stderr):
         if stream is not None and not writes_utf8(stream) and hasattr(stream, "reconfigure"):

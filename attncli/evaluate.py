@@ -17,16 +17,16 @@ from typing import Any
 
 import torch
 
-from attncli.atomic import atomic_write_json, atomic_write_text, output_folder_problem
-from attncli.average import averaged_facts, describe
-from attncli.config import DecodeConfig
-from attncli.device import resolve_decode_precision, resolve_device
-from attncli.errors import AttncliError
-from attncli.languages import base_language
+from attncli.core.config import DecodeConfig
+from attncli.core.device import resolve_decode_precision, resolve_device
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_json, atomic_write_text, output_folder_problem
+from attncli.core.text import base_language
+from attncli.data.tokenizer import EOS_ID, Tokenizer
+from attncli.decoding.search import Hypothesis, SentenceDone, translate_ids
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.search import Hypothesis, SentenceDone, translate_ids
-from attncli.tokenizer import EOS_ID, Tokenizer
-from attncli.trained import TrainedModel, load_trained_model
+from attncli.runs.average import averaged_facts, describe
+from attncli.runs.trained import TrainedModel, load_trained_model
 
 # Positions kept free when a long source is cut: the model never saw sources near the limit,
 # and a few spare positions cost nothing.
@@ -96,7 +96,7 @@ def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: in
 def stdout_json(record: dict[str, Any]) -> str:
     """`record` as one JSON line for standard output: its text as it is where stdout is UTF-8,
     else as JSON escapes (the escapes that stdout falls back on are not JSON's)."""
-    from attncli.progress import writes_utf8
+    from attncli.core.console import writes_utf8
 
     return json.dumps(record, ensure_ascii=not writes_utf8(sys.stdout))
 
@@ -152,7 +152,7 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
         trained.config.decode.no_repeat_ngram_size = no_repeat_ngram
     if engine == "torch":
         return trained
-    from attncli.export import check_made_from, open_engine
+    from attncli.decoding.ctranslate2 import check_made_from, open_engine
 
     trained.engine = open_engine(trained.paths.root, exported, trained.tokenizer,
                                  trained.config.decode)
@@ -263,7 +263,7 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     from rich.progress import Progress
     from rich.table import Table
 
-    from attncli.data import load_split
+    from attncli.data.sources import load_split
 
     trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported,
                                 no_repeat_ngram)

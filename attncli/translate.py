@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from attncli.atomic import output_file_problem, replacing_file
-from attncli.average import describe
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
+from attncli.core.files import output_file_problem, replacing_file
+from attncli.core.plots import attention_table, plot_attention
+from attncli.data.tokenizer import NO_TEXT, no_visible_text
+from attncli.decoding.search import Hypothesis
 from attncli.evaluate import decode_ids, encode_sources, load_for_decoding, stdout_json
-from attncli.plots import attention_table, plot_attention
-from attncli.runs import find_latest_run
-from attncli.search import Hypothesis
-from attncli.tokenizer import NO_TEXT, no_visible_text
-from attncli.trained import TrainedModel
+from attncli.runs.average import describe
+from attncli.runs.layout import find_latest_run
+from attncli.runs.trained import TrainedModel
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
 CHUNK_LINES = 256

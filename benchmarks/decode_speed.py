@@ -34,8 +34,8 @@ def worker(run: Path, files: list[Path], beams: list[int], out: Path) -> None:
     import torch
 
     import attncli
+    from attncli.core.malloc import keep_freed_memory
     from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
-    from attncli.malloc import keep_freed_memory
 
     keep_freed_memory()  # as the CLI does before any command
     torch.manual_seed(0)

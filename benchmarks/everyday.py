@@ -37,11 +37,11 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from attncli.config import Config
-from attncli.data import open_split, split_source
-from attncli.errors import AttncliError, run_reporting
+from attncli.core.config import Config
+from attncli.core.errors import AttncliError, run_reporting
+from attncli.core.text import base_language
+from attncli.data.sources import open_split, split_source
 from attncli.evaluate import corpus_scores, decode_ids, encode_sources, load_for_decoding
-from attncli.languages import base_language
 
 LIST = Path(__file__).with_name("everyday.tsv")
 CJK = ("zh", "ja", "ko")

@@ -74,14 +74,14 @@ def _last_step(run: Path) -> int:
 
 def _check_checkpoints(run: Path) -> list[str]:
     """Load what pointers.json names, as a resume would; returns the failures."""
-    from attncli.checkpoint import checkpoint_dir, load_checkpoint
-    from attncli.config_files import load_config
-    from attncli.errors import AttncliError
+    from attncli.core.config_files import load_config
+    from attncli.core.errors import AttncliError
+    from attncli.data.tokenizer import load_tokenizer
     from attncli.model.build import build_model
-    from attncli.resume_rules import model_fingerprint
-    from attncli.runs import RunPaths
-    from attncli.tokenizer import load_tokenizer
+    from attncli.runs.checkpoints import checkpoint_dir, load_checkpoint
+    from attncli.runs.layout import RunPaths
     from attncli.training.optim import make_optimizer
+    from attncli.training.resume_rules import model_fingerprint
 
     paths = RunPaths(run)
     config = load_config(paths.config)
@@ -115,7 +115,7 @@ def _kill_while_training(proc: subprocess.Popen, run: Path, rng: random.Random) 
 
 
 def trial(work: Path, steps: int, kills: int, in_save: int, seed: int) -> dict:
-    from attncli.checkpoint import SAVE_PHASES
+    from attncli.runs.checkpoints import SAVE_PHASES
 
     rng = random.Random(seed)
     run = work / "trial"

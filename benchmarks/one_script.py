@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attncli.config_files import apply_overrides, parse_config, read_yaml
-from attncli.data import open_split, split_source
-from attncli.errors import run_reporting
+from attncli.core.config_files import apply_overrides, parse_config, read_yaml
+from attncli.core.errors import run_reporting
+from attncli.data.sources import open_split, split_source
 
 
 def changed(texts: list[str], convert) -> tuple[int, str | None]:

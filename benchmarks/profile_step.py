@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 
 from attncli.bench.train_suite import synthetic_batches
-from attncli.config_files import load_config
-from attncli.device import cpu_supports_bf16, resolve_pad_multiple
-from attncli.distributed import SummedLoss
-from attncli.malloc import keep_freed_memory
+from attncli.core.config_files import load_config
+from attncli.core.device import cpu_supports_bf16, resolve_pad_multiple
+from attncli.core.malloc import keep_freed_memory
+from attncli.data.tokenizer import PAD_ID
 from attncli.model import loss
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.tokenizer import PAD_ID
+from attncli.training.distributed import SummedLoss
 from attncli.training.optim import make_optimizer
 from attncli.training.step import compile_loss, train_step
 

@@ -70,8 +70,8 @@ def eval_speed(run: Path, beam: int, engine: str) -> float:
 
 
 def test_sentences(run: Path) -> list[str]:
-    from attncli.config_files import load_config
-    from attncli.data import load_split
+    from attncli.core.config_files import load_config
+    from attncli.data.sources import load_split
 
     return load_split(load_config(run / "config.yaml").data, "test").src
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncli.config import ModelConfig
+from attncli.core.config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Tests never wait on the network: a data set that is not local fails at once.

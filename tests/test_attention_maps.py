@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncli.config import DecodeConfig, ModelConfig
+from attncli.core.config import DecodeConfig, ModelConfig
+from attncli.data.tokenizer import EOS_ID
+from attncli.decoding.search import translate_ids
 from attncli.model import Seq2SeqTransformer
 from attncli.model.attention_maps import attention_maps
-from attncli.search import translate_ids
-from attncli.tokenizer import EOS_ID
 
 VOCAB = 40
 
@@ -59,7 +59,7 @@ def test_a_heatmap_of_chinese_pieces_draws_their_glyphs(tmp_path):
 
     import numpy as np
 
-    from attncli.plots import plot_attention, wide_script_fonts
+    from attncli.core.plots import plot_attention, wide_script_fonts
 
     if not wide_script_fonts(["猫"]):
         pytest.skip("no CJK font installed on this machine")
@@ -78,7 +78,7 @@ def test_glyphs_no_font_has_are_boxes_without_a_warning_each(tmp_path):
 
     import numpy as np
 
-    from attncli.plots import plot_attention
+    from attncli.core.plots import plot_attention
 
     weights = np.full((2, 2, 2), 0.5, dtype=np.float32)
     with warnings.catch_warnings(record=True) as caught:

@@ -15,7 +15,6 @@ import time
 import pytest
 import torch
 
-from attncli.batching import collate
 from attncli.bench import (
     AttentionSizes,
     TorchTransformerPeer,
@@ -27,10 +26,11 @@ from attncli.bench import (
     synthetic_batches,
     write_json,
 )
-from attncli.config import Config, ModelConfig, TokenizerConfig, TrainConfig
+from attncli.bench.timing import Timing, measure
+from attncli.core.config import Config, ModelConfig, TokenizerConfig, TrainConfig
+from attncli.data.batching import collate
+from attncli.data.tokenizer import EOS_ID
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.timing import Timing, measure
-from attncli.tokenizer import EOS_ID
 
 CPU = torch.device("cpu")
 TINY_ATTENTION = AttentionSizes(batch=1, heads=2, head_dim=16, lengths=(32, 512),
@@ -237,7 +237,7 @@ def test_flop_count_agrees_with_torchs_flop_counter(scoring):
     on which path computes them."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from attncli.config_files import load_config
+    from attncli.core.config_files import load_config
 
     cfg = load_config("configs/small.yaml").model.model_copy(
         update={"attention": "reference", "scoring": scoring})
@@ -298,7 +298,7 @@ def test_known_gpu_peaks():
 
 
 def test_infer_suite_decodes_a_known_number_of_tokens(tiny_config):
-    pytest.importorskip("attncli.search")
+    pytest.importorskip("attncli.decoding.search")
     report = run_bench(CPU, ["infer"], tiny_config, warmup=0, repeats=2,
                        infer_batch_sizes=(1, 3))
     rows = report["suites"]["infer"]["rows"]
@@ -352,7 +352,7 @@ def test_unusable_json_names_and_too_few_positions_stop_before_anything_runs(tmp
 
 
 def test_a_long_legal_name_is_written_and_leaves_no_temp_file(tmp_path):
-    from attncli.atomic import atomic_write_json, output_file_problem
+    from attncli.core.files import atomic_write_json, output_file_problem
 
     path = tmp_path / ("x" * 245 + ".json")
     assert output_file_problem(path) is None

@@ -32,8 +32,8 @@ from helpers import (
 )
 from safetensors.torch import load_file, save_file
 
-from attncli.checkpoint import KILL_AT_ENV, SAVE_PHASES
 from attncli.model.transformer import Seq2SeqTransformer
+from attncli.runs.checkpoints import KILL_AT_ENV, SAVE_PHASES
 from attncli.training.trainer import Trainer
 
 
@@ -336,7 +336,7 @@ def test_a_crash_after_the_rescore_still_rescores_at_the_next_resume(runs, data_
 def test_a_live_run_is_not_resumed_by_a_second_process(runs, data_dir):
     """A second `--resume` of a run being trained loaded the other's older save, dropped its
     newer metrics and collided with it at a save: the run folder is held while training."""
-    from attncli.runs import RunPaths, run_lock
+    from attncli.runs.layout import RunPaths, run_lock
 
     run = _copy(runs, "live")
     with run_lock(RunPaths(run)):  # as the training process holds it
@@ -405,7 +405,7 @@ def test_average_writes_the_mean_that_eval_and_translate_can_use(runs, data_dir)
 def test_a_full_disk_while_averaging_is_one_line_and_leaves_no_folder(runs, monkeypatch):
     from safetensors import SafetensorError
 
-    from attncli import average
+    from attncli.runs import average
 
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: I/O error: No space left on device "
@@ -610,7 +610,7 @@ def test_a_resume_on_other_training_data_is_refused(runs, data_dir, tmp_path):
 def test_a_cpu_run_saves_no_gpu_random_state_and_ignores_one(runs):
     """Only the training device's generator is saved; a GPU state (attncli 0.2 saved every
     visible GPU's) does not stop a resume on a machine without that GPU."""
-    from attncli.checkpoint_state import rng_state, set_rng_state
+    from attncli.runs.checkpoint_state import rng_state, set_rng_state
 
     state = json.loads((runs / "straight" / "checkpoints" / "step-6" / "state.json").read_text())
     assert "cuda" not in state["rng"]

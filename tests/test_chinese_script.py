@@ -12,12 +12,12 @@ import pytest
 import torch
 from helpers import REPO, SMALL, assert_one_line_error, resume, run_cli, train
 
-from attncli.chinese_script import simplifier
-from attncli.config import DataConfig
-from attncli.config_files import load_config
-from attncli.data import load_split, split_source
-from attncli.errors import AttncliError
-from attncli.trained import load_trained_model
+from attncli.core.config import DataConfig
+from attncli.core.config_files import load_config
+from attncli.core.errors import AttncliError
+from attncli.data.chinese_script import simplifier
+from attncli.data.sources import load_split, split_source
+from attncli.runs.trained import load_trained_model
 
 pytest.importorskip("opencc")
 EN_ZH = str(REPO / "configs" / "en-zh.yaml")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from attncli.config import Config
-from attncli.config_files import load_config, parse_config, read_yaml
-from attncli.errors import AttncliError
-from attncli.resume_rules import check_resume_changes, model_fingerprint
+from attncli.core.config import Config
+from attncli.core.config_files import load_config, parse_config, read_yaml
+from attncli.core.errors import AttncliError
+from attncli.training.resume_rules import check_resume_changes, model_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,9 +149,9 @@ def test_cli_missing_config_file(tmp_path):
 def test_pad_multiple_auto_depends_on_device_and_precision(monkeypatch, amx, bf16_multiple):
     import torch
 
-    from attncli.device import resolve_pad_multiple
+    from attncli.core.device import resolve_pad_multiple
 
-    monkeypatch.setattr("attncli.device.cpu_has_amx", lambda: amx)
+    monkeypatch.setattr("attncli.core.device.cpu_has_amx", lambda: amx)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_pad_multiple("auto", cpu, "fp32") == 1
     assert resolve_pad_multiple("auto", cpu, "bf16") == bf16_multiple

@@ -15,14 +15,14 @@ import torch
 from conftest import toy_pairs, write_toy_corpus
 from helpers import SMALL, assert_one_line_error, run_cli
 
-from attncli import token_cache
-from attncli.atomic import TEMP_PREFIX, remove_temp_entries, staged_folder
-from attncli.batching import batch_loader, token_batches
-from attncli.config import Config, DataConfig, TokenizerConfig
-from attncli.corpus import prepare_training_data, sampled_texts
-from attncli.data import open_split, split_source
-from attncli.errors import AttncliError
-from attncli.tokenizer import tokenizer_from_bytes
+from attncli.core.config import Config, DataConfig, TokenizerConfig
+from attncli.core.errors import AttncliError
+from attncli.core.files import TEMP_PREFIX, remove_temp_entries, staged_folder
+from attncli.data import cache as token_cache
+from attncli.data.batching import batch_loader, token_batches
+from attncli.data.corpus import prepare_training_data, sampled_texts
+from attncli.data.sources import open_split, split_source
+from attncli.data.tokenizer import tokenizer_from_bytes
 
 
 def _config(folder: Path, cache: Path, **tokenizer) -> Config:
@@ -176,7 +176,7 @@ def test_the_tokenizer_sample_is_bounded_in_bytes(toy):
 
 
 def test_the_trainer_is_handed_at_most_sample_bytes(toy, tmp_path, monkeypatch):
-    from attncli import tokenizer
+    from attncli.data import tokenizer
 
     handed: list[int] = []
     train_one = tokenizer._train_one
@@ -198,7 +198,7 @@ def test_the_sample_draws_no_empty_pair_and_no_pair_larger_than_the_bound(tmp_pa
     ended the sample at once ("smaller than any pair", which was not so)."""
     import datasets
 
-    from attncli.corpus import sample_rows
+    from attncli.data.corpus import sample_rows
 
     real = [{"src": f"word {i}", "tgt": f"wort {i}"} for i in range(200)]
     rows = real + [{"src": "", "tgt": ""}] * 200
@@ -216,7 +216,7 @@ def test_a_blank_side_counts_as_empty_in_the_sample_and_the_log(tmp_path):
     its bound) that the trainer never got, and the log counted them as learnt from."""
     import datasets
 
-    from attncli.corpus import pair_bytes
+    from attncli.data.corpus import pair_bytes
 
     rows = [{"src": "a dog", "tgt": "ein hund"}, {"src": " \u00a0 ", "tgt": "x"},
             {"src": "y", "tgt": "\t"}, {"src": "", "tgt": None}]
@@ -236,7 +236,7 @@ def test_a_blank_side_counts_as_empty_in_the_sample_and_the_log(tmp_path):
 def test_sentences_longer_than_sentencepieces_default_are_learnt_from(tmp_path):
     """SentencePiece skips sentences over 4,192 bytes by default, without a word: a corpus of
     long ones failed with its internal error, and long ones vanished from any other."""
-    from attncli.tokenizer import tokenizer_from_bytes, train_models
+    from attncli.data.tokenizer import tokenizer_from_bytes, train_models
 
     words = [f"word{i}" for i in range(40)]
     long = [" ".join(words[(i + j) % 40] for j in range(900)) for i in range(20)]
@@ -249,7 +249,7 @@ def test_sentences_longer_than_sentencepieces_default_are_learnt_from(tmp_path):
 
 def test_a_tokenizers_folder_that_cannot_be_written_is_found_before_training(toy, tmp_path,
                                                                           monkeypatch):
-    from attncli import corpus
+    from attncli.data import corpus
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -287,7 +287,7 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
 def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
     """A cache holding every entry (a read-only mount of a shared one) was refused as not
     writable; writing is checked only where something must be built."""
-    from attncli import data_cache
+    from attncli.data import data_cache
 
     config = _config(toy, tmp_path / "cache")
     _prepare(config)  # every entry built
@@ -321,7 +321,7 @@ def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypa
 def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_path, monkeypatch):
     import errno
 
-    from attncli.errors import AttncliError
+    from attncli.core.errors import AttncliError
 
     def full(folder, *args):
         (folder / "tokens.arrow").write_bytes(b"partial")
@@ -375,7 +375,7 @@ def _intact(folder: Path) -> bool:
 def test_a_cache_entry_another_process_finished_meanwhile_is_kept(tmp_path):
     """The entry was deleted before the build and its builder's rename then failed with a
     traceback: now theirs is kept, and only a damaged one is replaced."""
-    from attncli.data_cache import write_entry
+    from attncli.data.data_cache import write_entry
 
     folder = tmp_path / "corpora" / "key"
     _entry(folder, "theirs, finished while we trained our tokenizer")

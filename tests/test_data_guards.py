@@ -10,10 +10,10 @@ import pytest
 from conftest import toy_pairs
 from helpers import SMALL, assert_one_line_error, run_cli, train
 
-from attncli.config import DataConfig
-from attncli.config_files import parse_config
-from attncli.data import load_split, resolve_dataset, split_source
-from attncli.errors import AttncliError
+from attncli.core.config import DataConfig
+from attncli.core.config_files import parse_config
+from attncli.core.errors import AttncliError
+from attncli.data.sources import load_split, resolve_dataset, split_source
 
 
 def _jsonl(path: Path, count: int, seed: int) -> Path:
@@ -199,9 +199,9 @@ def test_a_missing_split_file_is_named_at_once_not_looked_up_on_the_hub(data_dir
 
 
 def test_subword_sampling_with_a_bpe_model_file_is_refused_before_the_run(data_dir, tmp_path):
-    from attncli.config import TokenizerConfig
-    from attncli.runs import RunPaths
-    from attncli.tokenizer import train_tokenizer
+    from attncli.core.config import TokenizerConfig
+    from attncli.data.tokenizer import train_tokenizer
+    from attncli.runs.layout import RunPaths
 
     texts = [p["en"] for p in toy_pairs(200, 3)], [p["de"] for p in toy_pairs(200, 3)]
     train_tokenizer(TokenizerConfig(type="bpe", vocab_size=100), *texts,

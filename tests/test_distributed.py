@@ -29,7 +29,7 @@ from helpers import (
     train_args,
 )
 
-from attncli.errors import PEER_FAILED_EXIT
+from attncli.core.errors import PEER_FAILED_EXIT
 
 # 400 toy pairs in 21 batches: the epoch's last update has one batch for two processes, so the
 # second trains on a zero-weight stand-in there.
@@ -209,7 +209,7 @@ def test_bad_data_under_two_processes_is_one_line(tmp_path):
 def test_the_launcher_names_the_failure_that_stopped_the_job(exits, code, line, capsys):
     from types import SimpleNamespace
 
-    from attncli.distributed import _report_failure
+    from attncli.training.distributed import _report_failure
 
     failures = {rank: SimpleNamespace(exitcode=exit_code, timestamp=100)
                 for rank, exit_code in exits.items()}
@@ -223,7 +223,7 @@ def test_a_process_leaving_the_group_ignores_the_launchers_sigterm():
     sends once a peer has exited, and be reported as killed instead."""
     from unittest import mock
 
-    from attncli import distributed
+    from attncli.training import distributed
 
     before = signal.getsignal(signal.SIGTERM)
     try:

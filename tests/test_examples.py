@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from helpers import REPO, SMALL, metrics, resume, train
 
-from attncli.config import MAX_EXAMPLES
-from attncli.config_files import load_config
-from attncli.errors import AttncliError
+from attncli.core.config import MAX_EXAMPLES
+from attncli.core.config_files import load_config
+from attncli.core.errors import AttncliError
 
 EXAMPLES = ["The man sees a red ball.", "A girl | paints the old car."]
 SCHEDULE = ["train.max_steps=8", "train.eval_every=4", f"train.examples={EXAMPLES}"]

@@ -178,7 +178,7 @@ def test_a_damaged_model_file_is_one_line(run, data_dir, tmp_path):
 def test_the_exported_engine_never_writes_bos_or_pad_as_attncli_does(run, data_dir, tmp_path):
     """A model that ranks <s> first (a short run can): CTranslate2 wrote it where attncli's
     search bans it, and the detokenized outputs differed without a trace of why."""
-    from attncli.tokenizer import BOS_ID
+    from attncli.data.tokenizer import BOS_ID
 
     copy = _with_biases(run, tmp_path / "bos", {BOS_ID: 6.0})
     made = json.loads((copy / "ctranslate2" / "attncli.json").read_text())

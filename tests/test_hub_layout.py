@@ -13,9 +13,9 @@ import pytest
 from conftest import toy_pairs
 from helpers import SMALL, assert_one_line_error, train
 
-from attncli.config import DataConfig
-from attncli.data import load_split, resolve_dataset
-from attncli.errors import AttncliError
+from attncli.core.config import DataConfig
+from attncli.core.errors import AttncliError
+from attncli.data.sources import load_split, resolve_dataset
 
 SPLITS = {"train": 300, "validation": 20, "test": 30}
 

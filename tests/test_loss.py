@@ -62,7 +62,7 @@ def test_bf16_products_stay_close_to_fp32():
 
 
 def test_model_summed_loss_equals_loss_on_its_logits():
-    from attncli.config import ModelConfig
+    from attncli.core.config import ModelConfig
     from attncli.model.transformer import Seq2SeqTransformer
 
     torch.manual_seed(0)

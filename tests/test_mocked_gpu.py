@@ -21,8 +21,8 @@ import pytest
 import torch
 from helpers import SMALL, run_cli
 
-from attncli import distributed
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
+from attncli.training import distributed
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attncli.config import ModelConfig
+from attncli.core.config import ModelConfig
 from attncli.model import Seq2SeqTransformer
 
 PAD = 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncli.config import DecodeConfig
+from attncli.core.config import DecodeConfig
+from attncli.decoding.search import beam_search, block_repeated_ngrams, greedy_search, translate_ids
 from attncli.model import Seq2SeqTransformer
-from attncli.search import beam_search, block_repeated_ngrams, greedy_search, translate_ids
 from tests.test_decoding_cache import _plain_beam_search
 from tests.test_search import VOCAB, A, B, _model, _padded, _sources
 

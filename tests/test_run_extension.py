@@ -105,8 +105,8 @@ def test_a_refused_resume_leaves_train_log_as_it_was(data_dir, tmp_path):
 def test_a_run_scored_with_another_bleu_tokenizer_is_rescored_on_resume():
     """`cmn` targets are Chinese now (zh BLEU); saves that recorded no BLEU tokenizer were
     scored with 13a for them, and their best was compared with zh-scored validations."""
-    from attncli.config import Config, DataConfig
-    from attncli.resume_rules import validation_changes, validation_settings
+    from attncli.core.config import Config, DataConfig
+    from attncli.training.resume_rules import validation_changes, validation_settings
 
     config = Config(data=DataConfig(src="en", tgt="cmn"))
     before = {k: v for k, v in validation_settings(config).items() if k != "bleu.tokenize"}

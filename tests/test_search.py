@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncli.config import DecodeConfig, ModelConfig
-from attncli.device import resolve_decode_precision
-from attncli.errors import AttncliError
+from attncli.core.config import DecodeConfig, ModelConfig
+from attncli.core.device import resolve_decode_precision
+from attncli.core.errors import AttncliError
+from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attncli.decoding.search import beam_search, greedy_search, max_output_lengths, translate_ids
 from attncli.model import Seq2SeqTransformer
-from attncli.search import beam_search, greedy_search, max_output_lengths, translate_ids
-from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 40
 A, B = 1.0, 4  # maximum output length a * src_len + b

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from attncli.search import Hypothesis  # noqa: E402
+from attncli.decoding.search import Hypothesis  # noqa: E402
 from attncli.serve.app import ServeOptions, build_app  # noqa: E402
 from attncli.serve.batcher import Batcher, QueueFull  # noqa: E402
 from attncli.serve.requests import Limits  # noqa: E402

@@ -18,9 +18,9 @@ import datasets
 import pytest
 from helpers import REPO, SMALL, assert_one_line_error, train
 
-from attncli.config import DataConfig
-from attncli.data import HUB_LAYOUTS, load_split, resolve_dataset
-from attncli.errors import AttncliError
+from attncli.core.config import DataConfig
+from attncli.core.errors import AttncliError
+from attncli.data.sources import HUB_LAYOUTS, load_split, resolve_dataset
 
 EN_ZH = str(REPO / "configs" / "en-zh.yaml")
 HUB_ID = "sentence-transformers/parallel-sentences-tatoeba"

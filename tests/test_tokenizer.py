@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from attncli.config import TokenizerConfig
-from attncli.runs import RunPaths
-from attncli.tokenizer import normalization_rule, train_tokenizer
+from attncli.core.config import TokenizerConfig
+from attncli.data.tokenizer import normalization_rule, train_tokenizer
+from attncli.runs.layout import RunPaths
 
 ZH = ["你好，你好嗎？", "我很好！謝謝。", "你叫什麼名字？", "我們走吧！",
       "他在看書，她在寫字。"] * 20
@@ -51,7 +51,7 @@ def test_nmt_nfkc_turns_it_into_ascii(tmp_path):
 def test_short_and_long_lists_encode_alike(tmp_path, monkeypatch):
     """A short list is encoded text by text, a long one through SentencePiece's pool: the ids
     of a text are the same either way, and each list keeps its order."""
-    from attncli import tokenizer as tokenizer_module
+    from attncli.data import tokenizer as tokenizer_module
 
     cfg = TokenizerConfig(vocab_size=120)
     tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), ("en", "zh"))
@@ -68,8 +68,8 @@ def test_short_and_long_lists_encode_alike(tmp_path, monkeypatch):
 def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
     """vocab_size is a soft limit in SentencePiece: 8,000 asked of this text gives far fewer,
     and the log said 8,000."""
-    from attncli.corpus import _pieces_said
-    from attncli.tokenizer import tokenizer_from_bytes, train_models
+    from attncli.data.corpus import _pieces_said
+    from attncli.data.tokenizer import tokenizer_from_bytes, train_models
 
     texts = {"src": EN, "tgt": ZH}
     models = train_models(TokenizerConfig(vocab_size=8000), texts.__getitem__, ("en", "zh"))
@@ -91,9 +91,9 @@ def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
 def test_other_codes_for_chinese_japanese_and_korean_are_those_languages():
     """Tatoeba writes Mandarin as cmn: it got NFKC (，？！ turned ASCII) and whitespace BLEU
     (0.00 for near-perfect output)."""
+    from attncli.core.text import base_language
+    from attncli.data.tokenizer import normalization_rule
     from attncli.evaluate import bleu_tokenizer
-    from attncli.languages import base_language
-    from attncli.tokenizer import normalization_rule
 
     assert [base_language(c) for c in ("cmn", "zho", "yue", "jpn", "kor", "zh-Hant")] == [
         "zh", "zh", "zh", "ja", "ko", "zh"]

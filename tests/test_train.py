@@ -18,7 +18,7 @@ from helpers import (
     train,
 )
 
-from attncli.device import cpu_supports_bf16, resolve_pad_multiple
+from attncli.core.device import cpu_supports_bf16, resolve_pad_multiple
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
     import numpy as np
     from torch._dynamo.utils import counters
 
-    from attncli.batching import collate, token_batches
+    from attncli.data.batching import collate, token_batches
     from attncli.model.transformer import Seq2SeqTransformer
     from attncli.training.step import compile_loss
 
@@ -238,7 +238,7 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
 
 def test_tensorboard_true_without_it_is_refused_before_any_work(data_dir, tmp_path,
                                                               monkeypatch):
-    monkeypatch.setattr("attncli.tensorboard_log._installed", lambda: False)
+    monkeypatch.setattr("attncli.training.tensorboard._installed", lambda: False)
     result = train(data_dir, tmp_path, SMALL, sets=["train.tensorboard=true"])
     assert_one_line_error(result, "train.tensorboard is true but tensorboard is not installed")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # no run folder left behind
@@ -274,7 +274,7 @@ def test_a_resume_without_tensorboard_drops_its_events_past_the_checkpoint(tmp_p
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from attncli.tensorboard_log import TensorBoardLog, open_tensorboard
+    from attncli.training.tensorboard import TensorBoardLog, open_tensorboard
 
     log = TensorBoardLog(tmp_path / "tb", None)
     for step in range(1, 7):
@@ -288,7 +288,7 @@ def test_a_resume_without_tensorboard_drops_its_events_past_the_checkpoint(tmp_p
 
 
 def test_the_progress_bar_counts_to_the_first_limit_the_run_will_meet():
-    from attncli.config import TrainConfig
+    from attncli.core.config import TrainConfig
     from attncli.training.prepare import planned_updates
 
     # multi30k.yaml's 100 epochs of 133 batches end a --set train.max_steps=20000 run at 13,300
@@ -305,7 +305,7 @@ def test_the_curves_start_a_new_line_where_smoothing_or_validation_changed(tmp_p
     with the current smoothing joined losses of two kinds, and BLEU of two kinds."""
     from matplotlib.axes import Axes
 
-    from attncli.plots import plot_curves
+    from attncli.core.plots import plot_curves
 
     drawn: list[tuple[str | None, list]] = []
     real = Axes.plot

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncli.checkpoint import save_checkpoint
-from attncli.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
-from attncli.config_files import save_config
+from attncli.core.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
+from attncli.core.config_files import save_config
+from attncli.data.tokenizer import EOS_ID, train_tokenizer
 from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
 from attncli.model.build import build_model
-from attncli.resume_rules import model_fingerprint
-from attncli.runs import RunPaths
-from attncli.tokenizer import EOS_ID, train_tokenizer
+from attncli.runs.checkpoints import save_checkpoint
+from attncli.runs.layout import RunPaths
 from attncli.training.optim import make_optimizer
+from attncli.training.resume_rules import model_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_POSITIONS = 64
@@ -235,7 +235,7 @@ def test_stdin_is_translated_chunk_by_chunk_while_still_open(workdir, run_dir):
 
 
 def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_path):
-    from attncli.tokenizer import load_tokenizer
+    from attncli.data.tokenizer import load_tokenizer
 
     source = tmp_path / "in.txt"
     source.write_text("A cat.\n" + " ".join(["house"] * 5000) + "\n", encoding="utf-8")
@@ -253,7 +253,7 @@ def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_p
 
 
 def test_attention_heatmap_in_the_terminal_and_as_png(workdir, run_dir, tmp_path):
-    from attncli.tokenizer import load_tokenizer
+    from attncli.data.tokenizer import load_tokenizer
 
     png = tmp_path / "attention.png"
     out = _cli(workdir, "translate", "--run", str(run_dir), "--show-attention",
@@ -463,7 +463,7 @@ def test_cjk_targets_use_a_matching_sacrebleu_tokenizer():
 
 
 def test_long_sources_are_cut_to_the_positions_and_end_in_eos(run_dir):
-    from attncli.tokenizer import load_tokenizer
+    from attncli.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(RunPaths(run_dir), joint=True)
     cut: list[tuple[int, int, int]] = []

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from attncli.batching import Batch
-from attncli.config import Config
-from attncli.distributed import World
+from attncli.core.config import Config
+from attncli.data.batching import Batch
+from attncli.training.distributed import World
 from attncli.training.validate import Validator
 
 

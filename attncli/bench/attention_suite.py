@@ -19,13 +19,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attncli.bench.flops import FWD_BWD_FLOP_FACTOR, attention_flops
+from attncli.bench.timing import MEMORY_METHOD, measure, ops_called
 from attncli.model.attention import (
     AdditiveScore,
     additive_attention,
     padding_mask,
     reference_attention,
 )
-from attncli.timing import MEMORY_METHOD, measure, ops_called
 
 MIB = 2**20
 MASK = ("key padding, boolean (B, 1, 1, T) as in training's encoder; the sentences' real keys "

@@ -14,22 +14,22 @@ from rich.console import Console
 from rich.text import Text
 
 from attncli import __version__
-from attncli.atomic import atomic_write_json, output_file_problem
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
 from attncli.bench.infer_suite import INFER_OUTPUT_LEN, run_infer_suite
 from attncli.bench.peaks import device_name, device_peak
 from attncli.bench.render import RENDERERS
 from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
-from attncli.config import Config
-from attncli.config_files import load_config
-from attncli.device import (
+from attncli.core.config import Config
+from attncli.core.config_files import load_config
+from attncli.core.device import (
     allow_tf32,
     resolve_decode_precision,
     resolve_device,
     resolve_precision,
     set_threads,
 )
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_json, output_file_problem
 
 SUITES = ("attention", "train", "infer")
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from attncli.batching import Batch
-from attncli.config import ModelConfig
-from attncli.tokenizer import PAD_ID
+from attncli.core.config import ModelConfig
+from attncli.data.batching import Batch
+from attncli.data.tokenizer import PAD_ID
 
 FWD_BWD_FLOP_FACTOR = 3  # backward = 2 x forward (dQ, dK from dS; dV, dP from dO)
 

@@ -11,15 +11,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attncli.batching import pad
+from attncli.bench.timing import measure
 from attncli.bench.train_suite import SENTENCE_LENGTHS
-from attncli.config import Config
-from attncli.device import autocast
-from attncli.errors import AttncliError
-from attncli.export import check_exportable
+from attncli.core.config import Config
+from attncli.core.device import autocast
+from attncli.core.errors import AttncliError
+from attncli.data.batching import pad
+from attncli.data.tokenizer import EOS_ID, PAD_ID
+from attncli.decoding.ctranslate2 import check_exportable
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.timing import measure
-from attncli.tokenizer import EOS_ID, PAD_ID
 
 INFER_OUTPUT_LEN = 20  # tokens every synthetic sentence decodes before its forced EOS
 
@@ -28,7 +28,7 @@ def _decode_runner(model: Seq2SeqTransformer, src: Tensor, beam: int, output_len
                    device: torch.device, precision: str, found: list[list[Any]]
                    ) -> Callable[[], object]:
     """One search call (greedy for beam 1); ``found`` keeps the last call's best hypotheses."""
-    from attncli.search import beam_search, greedy_search
+    from attncli.decoding.search import beam_search, greedy_search
 
     def run() -> None:
         with autocast(device, precision):
@@ -54,7 +54,7 @@ def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, 
     `--engine ctranslate2` runs it: output_len + 1 decoder steps per sentence, as above."""
     import tempfile
 
-    from attncli.export import banned_pieces, build_spec, open_translator, write_spec
+    from attncli.decoding.ctranslate2 import banned_pieces, build_spec, open_translator, write_spec
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", *(f"t{i}" for i in range(EOS_ID + 1, vocab))]
     rows = []

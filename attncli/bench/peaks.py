@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attncli.timing import measure
+from attncli.bench.timing import measure
 
 # Dense bf16 tensor-core peaks from NVIDIA's data sheets (the sparsity figures halved) and the
 # streaming multiprocessors (SMs) of the whole chip they are for, matched against

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attncli.config import ModelConfig
+from attncli.core.config import ModelConfig
 from attncli.model.layers import SinusoidalPositions
 from attncli.model.loss import projected_cross_entropy
 

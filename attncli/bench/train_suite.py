@@ -9,15 +9,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncli.batching import Batch, collate, token_batches
 from attncli.bench.flops import FWD_BWD_FLOP_FACTOR, seq2seq_forward_flops
 from attncli.bench.peer import TorchTransformerPeer
-from attncli.config import Config
-from attncli.device import resolve_pad_multiple
-from attncli.distributed import SummedLoss
+from attncli.bench.timing import MEMORY_METHOD, Timing, measure
+from attncli.core.config import Config
+from attncli.core.device import resolve_pad_multiple
+from attncli.data.batching import Batch, collate, token_batches
+from attncli.data.tokenizer import EOS_ID, PAD_ID
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.timing import MEMORY_METHOD, Timing, measure
-from attncli.tokenizer import EOS_ID, PAD_ID
+from attncli.training.distributed import SummedLoss
 from attncli.training.optim import make_optimizer
 from attncli.training.step import train_step
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attncli.data.tokenizer import BOS_ID
 from attncli.model.attention import MultiHeadAttention
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.tokenizer import BOS_ID
 
 
 @dataclass

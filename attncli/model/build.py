@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attncli.config import Config
+from attncli.core.config import Config
 from attncli.model.transformer import Seq2SeqTransformer
 
 if TYPE_CHECKING:  # the tokenizer module loads sentencepiece; the model needs only its sizes
-    from attncli.tokenizer import Tokenizer
+    from attncli.data.tokenizer import Tokenizer
 
 
 def build_model(config: Config, tokenizer: Tokenizer) -> Seq2SeqTransformer:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attncli.config import ModelConfig
+from attncli.core.config import ModelConfig
 from attncli.model.attention import padding_mask
 from attncli.model.dropout import Dropout
 from attncli.model.kv_cache import KVCache

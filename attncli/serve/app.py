@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from attncli.data.tokenizer import NO_TEXT
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.requests import (
     Limits,
@@ -43,7 +44,6 @@ from attncli.serve.requests import (
     parse_body,
 )
 from attncli.serve.translator import LANGUAGE_NAMES, Settings, Translation, Translator, Work
-from attncli.tokenizer import NO_TEXT
 
 STATIC = Path(__file__).parent / "static"
 # The page runs its own script and style only, and talks to this server only.

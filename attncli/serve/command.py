@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
 
 INSTALL_HINT = "attncli serve needs Starlette and uvicorn: pip install 'attncli[serve]'"
 
@@ -132,7 +132,7 @@ def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path
     _check_installed()
     _check(max_texts, max_queue, timeout, batch_wait_ms)
     from attncli.evaluate import load_for_decoding
-    from attncli.runs import find_latest_run
+    from attncli.runs.layout import find_latest_run
     from attncli.serve.app import ServeOptions, build_app
     from attncli.serve.batcher import Batcher
     from attncli.serve.requests import Limits

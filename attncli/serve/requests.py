@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from attncli.languages import base_language
-from attncli.tokenizer import NO_TEXT, no_visible_text
+from attncli.core.text import base_language
+from attncli.data.tokenizer import NO_TEXT, no_visible_text
 
 
 class RequestError(Exception):

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
+from attncli.decoding.search import Hypothesis
 from attncli.evaluate import decode_ids, decode_precision, encode_sources
 from attncli.model.attention_maps import attention_maps
 from attncli.model.build import build_model
-from attncli.runs import MetricsLog
-from attncli.search import Hypothesis
-from attncli.trained import TrainedModel
+from attncli.runs.layout import MetricsLog
+from attncli.runs.trained import TrainedModel
 
 # Decimal places of attention weights in responses: 0.1 % steps, a third of the bytes of full
 # floats, and more than the page's colours or the terminal's percentages show.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attncli.average import mean_weights, newest_steps, remove_averaged, write_averaged
+from attncli.runs.average import mean_weights, newest_steps, remove_averaged, write_averaged
 from attncli.training.validate import score_weights
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attncli.batching import BATCHING
-from attncli.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
-from attncli.checkpoint_state import rng_state, set_rng_state
-from attncli.config import TrainConfig
-from attncli.distributed import World
-from attncli.errors import AttncliError
-from attncli.runs import RunPaths
+from attncli.core.config import TrainConfig
+from attncli.core.errors import AttncliError
+from attncli.data.batching import BATCHING
+from attncli.runs.checkpoint_state import rng_state, set_rng_state
+from attncli.runs.checkpoints import checkpoint_dir, load_checkpoint, save_checkpoint
+from attncli.runs.layout import RunPaths
+from attncli.training.distributed import World
 
 
 @dataclass

@@ -11,19 +11,19 @@ import errno
 import os
 from collections.abc import Iterator
 
-from attncli import distributed
-from attncli.config import check_process_shares
-from attncli.config_files import load_config, save_config
-from attncli.device import allow_tf32, set_threads
-from attncli.distributed import World
-from attncli.errors import LAUNCHER_ENV, AttncliError, report
-from attncli.plots import plot_curves
-from attncli.progress import Reporter, SilentReporter, echo
-from attncli.resume_rules import validation_changes, validation_settings
-from attncli.runs import RunPaths, run_lock
-from attncli.tensorboard_log import open_tensorboard
-from attncli.tokenizer import tokenizer_from_bytes
+from attncli.core.config import check_process_shares
+from attncli.core.config_files import load_config, save_config
+from attncli.core.console import Reporter, SilentReporter, echo
+from attncli.core.device import allow_tf32, set_threads
+from attncli.core.errors import LAUNCHER_ENV, AttncliError, report
+from attncli.core.plots import plot_curves
+from attncli.data.tokenizer import tokenizer_from_bytes
+from attncli.runs.layout import RunPaths, run_lock
+from attncli.training import distributed
+from attncli.training.distributed import World
 from attncli.training.prepare import banner, never_saved, prepare_run
+from attncli.training.resume_rules import validation_changes, validation_settings
+from attncli.training.tensorboard import open_tensorboard
 from attncli.training.trainer import Trainer
 from attncli.training.validate import rescore_best
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attncli.batching import Batch, batch_loader, token_batches
-from attncli.config import TrainConfig
-from attncli.distributed import World
-from attncli.subword_sampling import SubwordSampler
+from attncli.core.config import TrainConfig
+from attncli.data.batching import Batch, batch_loader, token_batches
+from attncli.data.subwords import SubwordSampler
+from attncli.training.distributed import World
 
 
 @dataclass

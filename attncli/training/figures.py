@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from attncli.config import TrainConfig
-from attncli.distributed import World
-from attncli.progress import Reporter
-from attncli.runs import MetricsLog
+from attncli.core.config import TrainConfig
+from attncli.core.console import Reporter
+from attncli.runs.layout import MetricsLog
+from attncli.training.distributed import World
 from attncli.training.step import StepStats
 from attncli.training.stops import Stopwatch
 

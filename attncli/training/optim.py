@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from attncli.config import TrainConfig
+from attncli.core.config import TrainConfig
 
 
 def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:

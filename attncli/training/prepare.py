@@ -13,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from attncli.batching import padding_share
-from attncli.config_files import save_config
-from attncli.corpus import prepare_training_data
-from attncli.distributed import World
-from attncli.errors import AttncliError
-from attncli.runs import RunPaths, check_writable, create_run_dir, default_run_name
-from attncli.tokenizer import install_models, model_sides, run_models
+from attncli.core.config_files import save_config
+from attncli.core.errors import AttncliError
+from attncli.data.batching import padding_share
+from attncli.data.corpus import prepare_training_data
+from attncli.data.tokenizer import install_models, model_sides, run_models
+from attncli.runs.layout import RunPaths, check_writable, create_run_dir, default_run_name
+from attncli.training.distributed import World
 
 
 def never_saved(resumed: RunPaths | None) -> bool:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attncli.batching import Batch
-from attncli.config import TrainConfig
-from attncli.device import autocast, compute_dtype
-from attncli.distributed import without_gradient_sync
+from attncli.core.config import TrainConfig
+from attncli.core.device import autocast, compute_dtype
+from attncli.data.batching import Batch
+from attncli.training.distributed import without_gradient_sync
 
 
 @dataclass

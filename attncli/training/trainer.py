@@ -13,27 +13,27 @@ from pathlib import Path
 
 import torch
 
-from attncli.batching import resolve_workers
-from attncli.device import resolve_pad_multiple, resolve_precision
-from attncli.distributed import World, loss_module
-from attncli.errors import AttncliError
+from attncli.core.console import Reporter
+from attncli.core.device import resolve_pad_multiple, resolve_precision
+from attncli.core.errors import AttncliError
+from attncli.core.plots import plot_curves
+from attncli.data.batching import resolve_workers
+from attncli.data.subwords import SubwordSampler
 from attncli.model.build import build_model
-from attncli.plots import plot_curves
-from attncli.progress import Reporter
-from attncli.resume_rules import (
+from attncli.runs.layout import MetricsLog, RunPaths
+from attncli.training.averaging import average_at_end
+from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
+from attncli.training.distributed import World, loss_module
+from attncli.training.feed import UpdateFeed
+from attncli.training.figures import UpdateFigures
+from attncli.training.optim import inverse_sqrt_lr, make_optimizer
+from attncli.training.resume_rules import (
     check_fixed_settings,
     fixed_settings,
     limit_reached,
     model_fingerprint,
     validation_settings,
 )
-from attncli.runs import MetricsLog, RunPaths
-from attncli.subword_sampling import SubwordSampler
-from attncli.training.averaging import average_at_end
-from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
-from attncli.training.feed import UpdateFeed
-from attncli.training.figures import UpdateFigures
-from attncli.training.optim import inverse_sqrt_lr, make_optimizer
 from attncli.training.step import compile_loss, train_step
 from attncli.training.stops import SIGNAL_ECHO_S, StopSignal, Stopwatch
 from attncli.training.validate import Validator, translate_examples

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from attncli.batching import token_batches
-from attncli.checkpoint import MODEL_FILE
-from attncli.checkpoint_state import load_state_dict_strictly, read_tensors
-from attncli.device import autocast, compute_dtype, resolve_decode_precision
-from attncli.distributed import World
+from attncli.core.device import autocast, compute_dtype, resolve_decode_precision
+from attncli.data.batching import token_batches
+from attncli.data.tokenizer import PAD_ID
 from attncli.model.build import build_model
-from attncli.tokenizer import PAD_ID
+from attncli.runs.checkpoint_state import load_state_dict_strictly, read_tensors
+from attncli.runs.checkpoints import MODEL_FILE
+from attncli.training.distributed import World
 
 
 @dataclass

@@ -13,7 +13,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
 
 # The figures of each metrics.jsonl event that become scalars, tagged "<event>/<figure>".
 SCALARS = {"train": ("loss", "lr", "tokens_per_s", "grad_norm"),

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attncli.atomic import atomic_write_json
-from attncli.config import DataConfig
-from attncli.data import SplitSource
-from attncli.data_cache import CACHE_FORMAT, cache_key, check_cache_writable, write_entry
-from attncli.errors import AttncliError
-from attncli.token_table import TokenizedSplit, open_entry
-from attncli.tokenizer import tokenizer_from_bytes
+from attncli.core.config import DataConfig
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_json
+from attncli.data.data_cache import CACHE_FORMAT, cache_key, check_cache_writable, write_entry
+from attncli.data.sources import SplitSource
+from attncli.data.token_table import TokenizedSplit, open_entry
+from attncli.data.tokenizer import tokenizer_from_bytes
 
 if TYPE_CHECKING:  # for the hints only: `datasets` is imported where a split is read
     from datasets import Dataset

@@ -18,8 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from attncli.errors import AttncliError
-from attncli.languages import converted_sides, is_traditional
+from attncli.core.errors import AttncliError
+from attncli.core.text import converted_sides, is_traditional
 
 # `train.pad_multiple: auto` picks 1 or this (see device.resolve_pad_multiple); configs are
 # checked against the larger, so a config that fits on one machine fits on every machine.

@@ -12,15 +12,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncli.checkpoint import checkpoint_dir, load_weights
-from attncli.chinese_script import simplifier
-from attncli.config import Config
-from attncli.config_files import load_config
-from attncli.languages import converted_sides
+from attncli.core.config import Config
+from attncli.core.config_files import load_config
+from attncli.core.text import converted_sides
+from attncli.data.chinese_script import simplifier
+from attncli.data.tokenizer import Tokenizer, load_tokenizer
 from attncli.model.build import build_model
-from attncli.resume_rules import model_fingerprint
-from attncli.runs import RunPaths, open_run
-from attncli.tokenizer import Tokenizer, load_tokenizer
+from attncli.runs.checkpoints import checkpoint_dir, load_weights
+from attncli.runs.layout import RunPaths, open_run
+from attncli.training.resume_rules import model_fingerprint
 
 
 class TrainedModel:

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attncli.atomic import output_folder_problem, remove_temp_entries, replaced_folder
-from attncli.checkpoint import MODEL_FILE
-from attncli.errors import AttncliError
-from attncli.tokenizer import BOS_ID, PAD_ID
+from attncli.core.errors import AttncliError
+from attncli.core.files import output_folder_problem, remove_temp_entries, replaced_folder
+from attncli.data.tokenizer import BOS_ID, PAD_ID
+from attncli.runs.checkpoints import MODEL_FILE
 
 if TYPE_CHECKING:
-    from attncli.search import SentenceDone
+    from attncli.decoding.search import SentenceDone
 
 DEFAULT_FOLDER = "ctranslate2"  # under the run folder
 METADATA = "attncli.json"  # what was exported, beside CTranslate2's files
@@ -146,7 +146,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
     if quantization not in quantizations():
         raise AttncliError(f"--quantization {quantization}: CTranslate2 stores one of "
                            f"{', '.join(quantizations())}")
-    from attncli.trained import load_trained_model
+    from attncli.runs.trained import load_trained_model
 
     trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
     check_exportable(trained.config)
@@ -228,7 +228,7 @@ class CTranslate2Engine:
         CTranslate2 takes one length limit per batch; attncli's limit grows with each
         sentence's length, so sentences go in groups of equal limit, translated side by side.
         """
-        from attncli.search import Hypothesis
+        from attncli.decoding.search import Hypothesis
 
         groups: dict[int, list[int]] = {}
         for i, ids in enumerate(src_ids):

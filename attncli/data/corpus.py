@@ -19,33 +19,33 @@ from pathlib import Path
 
 import numpy as np
 
-from attncli.config import Config
-from attncli.data import (
-    ParallelText,
-    SplitSource,
-    check_training_sources,
-    load_split,
-    split_source,
-)
-from attncli.data_cache import (
+from attncli.core.config import Config
+from attncli.core.errors import AttncliError
+from attncli.data.cache import Log, first_rows, tokenized_split
+from attncli.data.data_cache import (
     CACHE_FORMAT,
     cache_key,
     cache_root,
     check_cache_writable,
     write_entry,
 )
-from attncli.errors import AttncliError
-from attncli.runs import RunPaths
-from attncli.subword_sampling import check_samplable
-from attncli.token_cache import Log, first_rows, tokenized_split
-from attncli.token_table import TokenizedSplit
-from attncli.tokenizer import (
+from attncli.data.sources import (
+    ParallelText,
+    SplitSource,
+    check_training_sources,
+    load_split,
+    split_source,
+)
+from attncli.data.subwords import check_samplable
+from attncli.data.token_table import TokenizedSplit
+from attncli.data.tokenizer import (
     install_models,
     model_file_bytes,
     run_models,
     tokenizer_from_bytes,
     train_models,
 )
+from attncli.runs.layout import RunPaths
 
 # The tokenizer's sample does not depend on train.seed, so runs that differ only in their seed
 # share one tokenizer and one token cache.

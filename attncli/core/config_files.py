@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from attncli.atomic import atomic_write_text
-from attncli.config import Config
-from attncli.errors import AttncliError
-from attncli.yaml_loader import ConfigLoader
+from attncli.core.config import Config
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_text
+from attncli.core.yaml_loader import ConfigLoader
 
 
 def _all_key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncli.batching import Batch, collate_flat
+from attncli.data.batching import Batch, collate_flat
 
 COLUMNS = ("src_ids", "tgt_ids", "src_len", "tgt_len")
 

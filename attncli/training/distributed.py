@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from attncli.errors import LAUNCHER_ENV, PEER_FAILED_EXIT, AttncliError, PeerFailed
+from attncli.core.errors import LAUNCHER_ENV, PEER_FAILED_EXIT, AttncliError, PeerFailed
 
 T = TypeVar("T")
 # How long a process waits in a collective for the others: rank 0 may be tokenizing a large
@@ -109,7 +109,7 @@ def _device_for_ranks(device_name: str) -> torch.device:
     each process turns into the GPU of its LOCAL_RANK (an explicit cuda:N would put every
     process on the same GPU, so it is refused). Checked without using a GPU, so that the
     ``--nproc`` launcher can call it too."""
-    from attncli.device import requested_device
+    from attncli.core.device import requested_device
 
     if device_name not in ("auto", "cpu", "cuda"):
         raise AttncliError(f"--device {device_name}: under torchrun each process takes the GPU "
@@ -124,7 +124,7 @@ def _training_device(device_name: str, local_rank: int) -> torch.device:
     resolving a bare 'cuda' first (to the current device, cuda:0) would give every process a
     CUDA context on GPU 0 as well, hundreds of MiB each, beside rank 0's work.
     """
-    from attncli.device import use_device
+    from attncli.core.device import use_device
 
     if _device_for_ranks(device_name).type == "cpu":
         return torch.device("cpu")
@@ -138,7 +138,7 @@ def _training_device(device_name: str, local_rank: int) -> torch.device:
 def start(device_name: str) -> tuple[World, torch.device]:
     """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); the device this
     process trains on. Without torchrun: a world of one and the `--device` asked for."""
-    from attncli.device import resolve_device
+    from attncli.core.device import resolve_device
 
     if not launched_by_torchrun():
         return World(), resolve_device(device_name)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attncli.data.tokenizer import BOS_ID
 from attncli.model.kv_cache import changed_rows
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.tokenizer import BOS_ID
 
 
 @dataclass

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attncli.atomic import remove_folder, remove_temp_entries, staged_folder
-from attncli.config import DataConfig
-from attncli.errors import AttncliError
-from attncli.runs import check_writable
+from attncli.core.config import DataConfig
+from attncli.core.errors import AttncliError
+from attncli.core.files import remove_folder, remove_temp_entries, staged_folder
+from attncli.runs.layout import check_writable
 
 CACHE_FORMAT = 1
 

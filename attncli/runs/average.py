@@ -16,11 +16,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from attncli.atomic import atomic_write_json, remove_folder, remove_temp_entries, replaced_folder
-from attncli.checkpoint import FORMAT, MODEL_FILE, STATE_FILE, io_reason, read_state
-from attncli.checkpoint_state import read_tensors
-from attncli.errors import AttncliError
-from attncli.runs import RunPaths, open_run
+from attncli.core.errors import AttncliError
+from attncli.core.files import (
+    atomic_write_json,
+    remove_folder,
+    remove_temp_entries,
+    replaced_folder,
+)
+from attncli.runs.checkpoint_state import read_tensors
+from attncli.runs.checkpoints import FORMAT, MODEL_FILE, STATE_FILE, io_reason, read_state
+from attncli.runs.layout import RunPaths, open_run
 
 
 def newest_steps(paths: RunPaths, last: int) -> list[int]:

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 import numpy as np
 import sentencepiece as spm
 
-from attncli.batching import Batch, collate
-from attncli.errors import AttncliError
-from attncli.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from attncli.core.errors import AttncliError
+from attncli.data.batching import Batch, collate
+from attncli.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 
 
 class SubwordSampler:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
 
 INSTALL = "pip install opencc"
 

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from attncli.errors import AttncliError
-from attncli.runs import check_writable
+from attncli.core.errors import AttncliError
+from attncli.runs.layout import check_writable
 
 LONE_CR = re.compile(rb"\r(?!\n)")
 # load_dataset's arguments for a read that never reuses the library's copy of the file

@@ -27,12 +27,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from attncli.atomic import atomic_write_text
-from attncli.config import Config
-from attncli.config_files import load_config
-from attncli.errors import AttncliError
-from attncli.resume_rules import check_resume_changes, check_resume_limits
-from attncli.tensorboard_log import tensorboard_wanted
+from attncli.core.config import Config
+from attncli.core.config_files import load_config
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_text
+from attncli.training.resume_rules import check_resume_changes, check_resume_limits
+from attncli.training.tensorboard import tensorboard_wanted
 
 STEP_FOLDER = re.compile(r"step-(\d+)")
 

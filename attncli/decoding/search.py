@@ -34,13 +34,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attncli.batching import pad
-from attncli.config import DecodeConfig
-from attncli.device import autocast
-from attncli.errors import AttncliError
+from attncli.core.config import DecodeConfig
+from attncli.core.device import autocast
+from attncli.core.errors import AttncliError
+from attncli.data.batching import pad
+from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attncli.decoding.search_state import DecodingState, Hypothesis, compaction
 from attncli.model.transformer import Seq2SeqTransformer
-from attncli.search_state import DecodingState, Hypothesis, compaction
-from attncli.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # on_done(i, hypotheses): input sentence i's search has ended with these (best first).
 SentenceDone = Callable[[int, list[Hypothesis]], None]

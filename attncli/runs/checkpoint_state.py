@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from attncli.errors import AttncliError
+from attncli.core.errors import AttncliError
 
 # --------------------------------------------------------------------------------------------
 # Weights

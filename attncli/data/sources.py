@@ -35,12 +35,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attncli.atomic import staged_folder
-from attncli.chinese_script import convert_columns, converter_version, simplifier
-from attncli.config import DataConfig
-from attncli.data_files import read_split_files
-from attncli.errors import AttncliError
-from attncli.languages import converted_sides
+from attncli.core.config import DataConfig
+from attncli.core.errors import AttncliError
+from attncli.core.files import staged_folder
+from attncli.core.text import converted_sides
+from attncli.data.chinese_script import convert_columns, converter_version, simplifier
+from attncli.data.readers import read_split_files
 
 HUB_ALIASES = {"multi30k": "bentrevett/multi30k", "wmt14": "wmt/wmt14", "wmt16": "wmt/wmt16",
                "iwslt2017": "IWSLT/iwslt2017", "opus_books": "Helsinki-NLP/opus_books"}

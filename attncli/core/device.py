@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import torch
 
-from attncli.config import LARGEST_AUTO_PAD_MULTIPLE
-from attncli.errors import AttncliError
+from attncli.core.config import LARGEST_AUTO_PAD_MULTIPLE
+from attncli.core.errors import AttncliError
 
 
 def requested_device(name: str) -> torch.device:

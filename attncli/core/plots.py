@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attncli.atomic import atomic_write_bytes
+from attncli.core.files import atomic_write_bytes
 
 
 def _pyplot():

@@ -10,9 +10,9 @@ import hashlib
 import json
 from typing import Any
 
-from attncli.config import Config, ModelConfig, TrainConfig
-from attncli.errors import AttncliError
-from attncli.languages import language_subtag
+from attncli.core.config import Config, ModelConfig, TrainConfig
+from attncli.core.errors import AttncliError
+from attncli.core.text import language_subtag
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),

@@ -32,13 +32,9 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
-from attncli.atomic import (
-    atomic_write_json,
-    remove_folder,
-    remove_temp_entries,
-    staged_folder,
-)
-from attncli.checkpoint_state import (
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_json, remove_folder, remove_temp_entries, staged_folder
+from attncli.runs.checkpoint_state import (
     join_optimizer_state,
     load_state_dict_strictly,
     read_tensors,
@@ -46,8 +42,7 @@ from attncli.checkpoint_state import (
     unique_state_dict,
     with_implementation_of,
 )
-from attncli.errors import AttncliError
-from attncli.runs import STEP_FOLDER, RunPaths, saved_state
+from attncli.runs.layout import STEP_FOLDER, RunPaths, saved_state
 
 FORMAT = "attncli-checkpoint-2"
 MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"

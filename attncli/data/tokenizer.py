@@ -15,11 +15,11 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from attncli.atomic import atomic_write_bytes
-from attncli.config import TokenizerConfig
-from attncli.errors import AttncliError
-from attncli.languages import base_language
-from attncli.runs import RunPaths
+from attncli.core.config import TokenizerConfig
+from attncli.core.errors import AttncliError
+from attncli.core.files import atomic_write_bytes
+from attncli.core.text import base_language
+from attncli.runs.layout import RunPaths
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # Languages written with full-width punctuation (，。！？), which NFKC would turn into ASCII.
