@@ -26,10 +26,12 @@ train: $(BIN)/.base
 
 test: $(BIN)/.dev
 	$(BIN)/ruff check attncli tests benchmarks
+	$(BIN)/lint-imports  # the layers of pyproject.toml's [tool.importlinter]
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.dev
 	$(BIN)/ruff check attncli tests benchmarks
+	$(BIN)/lint-imports
 
 bench: $(BIN)/.base
 	$(BIN)/attncli bench --device cpu

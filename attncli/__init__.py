@@ -1,3 +1,30 @@
-"""attncli: encoder-decoder Transformer translation from the command line."""
+"""attncli: encoder-decoder Transformer translation from the command line.
+
+The packages follow the data flow, from a data set's name to a translation served over HTTP:
+
+    core      errors, crash-safe files, the config, special ids and language codes, the
+              device, the console, plots: what every layer shares
+    data      a data set found and read, tokenized (SentencePiece), cached, cut into batches
+    model     the encoder-decoder Transformer, built from a config
+    decoding  greedy and beam search, sources encoded to fit, BLEU/chrF, the CTranslate2 engine
+    runs      the run folder: its layout, metrics, checkpoints, averages, a trained run loaded
+    training  `attncli train`: the loop, its parts, resuming, several processes
+    serve     `attncli serve`: a trained run behind HTTP, with a page
+    bench     `attncli bench`: attention kernels, training throughput, decoding speed
+
+and the commands that span them, with the CLI on top:
+
+    evaluate.py   `attncli eval`: a split translated and scored
+    translate.py  `attncli translate`: sentences from arguments, a file or a pipe
+    export.py     `attncli export`: a checkpoint as a CTranslate2 model folder
+    cli.py        the Typer app: options parsed, one function called, errors to exit codes
+    __main__.py   `python -m attncli`
+
+The import rule: a module imports its own package or the packages listed before it
+(core ← data ← model ← decoding ← runs ← training ← {serve, bench} ← commands ← cli); serve and
+bench never import each other. import-linter checks it (pyproject.toml, `make test`), and
+tests/test_import_layers.py that no modules import each other in a cycle. Each package's
+docstring lists its modules in reading order; docs/architecture.md says where things live.
+"""
 
 __version__ = "0.5.0.dev0"  # 0.5, not released yet: the README's "Changed in 0.5" is this

@@ -1,7 +1,9 @@
 """The `attncli` command line: parse options, call one function, turn errors into exit codes.
 
 Exit codes: 0 success, 2 bad usage or bad input (`AttncliError`, Typer usage errors),
-1 anything else. No logic lives here: each command hands its options to a module.
+1 anything else. No logic lives here: each command hands its options to a module, imported
+inside the command's function (torch-free start-up: `attncli --help`, or a config that is not
+there, answers before torch loads).
 """
 
 from __future__ import annotations
@@ -102,21 +104,21 @@ def train(
     ),
 ) -> None:
     """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
-    from attncli.runs.layout import training_config
+    from attncli.training.preflight import training_config  # here: torch-free start-up
 
     checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
     if resume is not None and (name is not None or runs_dir is not None):
         raise AttncliError(f"--resume {resume} continues that run in its own folder: "
                            f"--name and --runs-dir are for a new run")
     if nproc > 1 and not os.environ.get("LOCAL_RANK"):
-        from attncli.core.config import check_process_shares
+        from attncli.core.config import check_process_shares  # here: torch-free start-up
 
         check_process_shares(checked.train, nproc, resumed is not None)
-        from attncli.training.distributed import launch
+        from attncli.training.distributed import launch  # here: torch-free start-up
 
         launch(nproc, sys.argv[1:], device)  # each process comes back here, with LOCAL_RANK set
         return
-    from attncli.training.command import train_command
+    from attncli.training.command import train_command  # here: torch-free start-up
 
     train_command(checked, resumed, config, name, runs_dir or Path("runs"), device)
 
@@ -130,8 +132,8 @@ def prepare(
 ) -> None:
     """Train the tokenizer and tokenize the train and val splits into the data cache, without
     training: a later `attncli train` with the same data and tokenizer settings starts at once."""
-    from attncli.core.config_files import load_config
-    from attncli.data.corpus import prepare_command
+    from attncli.core.config_files import load_config  # here: torch-free start-up
+    from attncli.data.corpus import prepare_command  # here: torch-free start-up
 
     prepare_command(load_config(config, set_))
 
@@ -154,7 +156,7 @@ def eval_(
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
-    from attncli.evaluate import eval_command
+    from attncli.evaluate import eval_command  # here: torch-free start-up
 
     eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint, engine.value,
                  exported, no_repeat_ngram)
@@ -194,7 +196,7 @@ def translate(
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
-    from attncli.translate import translate_command
+    from attncli.translate import translate_command  # here: torch-free start-up
 
     translate_command(
         text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
@@ -236,7 +238,7 @@ def serve(
         "its batch."),
 ) -> None:
     """Serve a run over HTTP: LibreTranslate's API, attncli's own with attention, and a page."""
-    from attncli.serve.command import serve_command
+    from attncli.serve.command import serve_command  # here: torch-free start-up
 
     serve_command(run, checkpoint, engine.value, exported, device, host, port, api_key,
                   cors_origin, max_texts, max_chars, max_beam, max_queue, timeout, batch_size,
@@ -256,7 +258,7 @@ def export(
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli\\[ct2]`)."""
-    from attncli.decoding.ctranslate2 import export_command
+    from attncli.export import export_command  # here: torch-free start-up
 
     export_command(run_dir, to, quantization, output, force, checkpoint)
 
@@ -267,7 +269,7 @@ def average(
     last: int = typer.Option(..., "--last", min=2, help="How many of the newest step folders."),
 ) -> None:
     """Average the weights of the last N checkpoints into checkpoints/averaged/."""
-    from attncli.runs.average import average_command
+    from attncli.runs.average import average_command  # here: torch-free start-up
 
     average_command(run_dir, last)
 
@@ -285,14 +287,14 @@ def bench(
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs (the median is shown)."),
 ) -> None:
     """Measure attention kernels, training throughput (with MFU) and decoding speed."""
-    from attncli.bench import bench_command
+    from attncli.bench import bench_command  # here: torch-free start-up
 
     bench_command(device, suite.value, config, json_file, warmup, repeats)
 
 
 def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
-    from attncli.core.malloc import keep_freed_memory
+    from attncli.core.malloc import keep_freed_memory  # here: torch-free start-up
 
     keep_freed_memory()
     _escape_what_stdout_cannot_encode()
@@ -322,7 +324,7 @@ def _escape_what_stdout_cannot_encode() -> None:
     """On a standard output that is not UTF-8 (a Latin-1 or ASCII locale, PYTHONIOENCODING),
     characters it cannot encode are written as escapes: printing a German or Chinese output
     raised UnicodeEncodeError after the work was done, and the output was lost."""
-    from attncli.core.console import writes_utf8
+    from attncli.core.console import writes_utf8  # here: torch-free start-up
 
     for stream in (sys.stdout, sys.stderr):
         if stream is not None and not writes_utf8(stream) and hasattr(stream, "reconfigure"):

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from attncli.core.console import stdout_json
 from attncli.core.errors import AttncliError
 from attncli.core.files import output_file_problem, replacing_file
 from attncli.core.plots import attention_table, plot_attention
 from attncli.data.tokenizer import NO_TEXT, no_visible_text
 from attncli.decoding.search import Hypothesis
-from attncli.evaluate import decode_ids, encode_sources, load_for_decoding, stdout_json
+from attncli.decoding.texts import encode_sources
 from attncli.runs.average import describe
 from attncli.runs.layout import find_latest_run
-from attncli.runs.trained import TrainedModel
+from attncli.runs.trained import TrainedModel, decode_ids, load_for_decoding
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
 CHUNK_LINES = 256
@@ -91,7 +92,7 @@ def _chunks(inputs: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
 @contextlib.contextmanager
 def _output(path: Path | None) -> Iterator[TextIO]:
     """stdout, or a file written under a temporary name and renamed once complete (see
-    `atomic.replacing_file`)."""
+    `core.files.replacing_file`)."""
     if path is None:
         if sys.stdout is None:  # started with `>&-`
             raise AttncliError("standard output is closed: give --output FILE")

@@ -34,8 +34,15 @@ def worker(run: Path, files: list[Path], beams: list[int], out: Path) -> None:
     import torch
 
     import attncli
-    from attncli.core.malloc import keep_freed_memory
-    from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+
+    try:  # attncli's packages (0.5 on), or the flat modules of a --ref tree from before them
+        from attncli.core.malloc import keep_freed_memory
+        from attncli.decoding.texts import encode_sources
+        from attncli.runs.trained import decode_ids, load_for_decoding
+    except ImportError:
+        from attncli.malloc import keep_freed_memory
+
+        from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
 
     keep_freed_memory()  # as the CLI does before any command
     torch.manual_seed(0)

@@ -41,7 +41,9 @@ from attncli.core.config import Config
 from attncli.core.errors import AttncliError, run_reporting
 from attncli.core.text import base_language
 from attncli.data.sources import open_split, split_source
-from attncli.evaluate import corpus_scores, decode_ids, encode_sources, load_for_decoding
+from attncli.decoding.scoring import corpus_scores
+from attncli.decoding.texts import encode_sources
+from attncli.runs.trained import decode_ids, load_for_decoding
 
 LIST = Path(__file__).with_name("everyday.tsv")
 CJK = ("zh", "ja", "ko")

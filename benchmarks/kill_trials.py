@@ -7,7 +7,7 @@
 2. A trial run of the same config is killed `--kills` times and resumed with
    `attncli train --resume` after each kill. `--in-save` of the kills stop the process inside a
    checkpoint save, cycling through every phase of a save (through the test-only
-   ATTNCLI_KILL_AT hook, see attncli/checkpoint.py); the others come at a random moment while
+   ATTNCLI_KILL_AT hook, see attncli/runs/checkpoints.py); the others come at a random moment while
    it trains.
 3. After every kill the checkpoints that pointers.json names are loaded (weights, optimizer,
    state) as a resume would load them; after the last resume the trial's loss at every step is
@@ -77,11 +77,10 @@ def _check_checkpoints(run: Path) -> list[str]:
     from attncli.core.config_files import load_config
     from attncli.core.errors import AttncliError
     from attncli.data.tokenizer import load_tokenizer
-    from attncli.model.build import build_model
+    from attncli.model.build import build_model, model_fingerprint
     from attncli.runs.checkpoints import checkpoint_dir, load_checkpoint
     from attncli.runs.layout import RunPaths
     from attncli.training.optim import make_optimizer
-    from attncli.training.resume_rules import model_fingerprint
 
     paths = RunPaths(run)
     config = load_config(paths.config)

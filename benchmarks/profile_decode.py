@@ -24,7 +24,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from attncli.core.errors import run_reporting
 from attncli.core.malloc import keep_freed_memory
-from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+from attncli.decoding.texts import encode_sources
+from attncli.runs.trained import decode_ids, load_for_decoding
 
 COPIES = {"aten::cat", "aten::index_select", "aten::index", "aten::index_put_", "aten::copy_",
           "aten::index_copy_", "aten::_local_scalar_dense"}

@@ -24,7 +24,7 @@ from attncli.bench.train_suite import synthetic_batches
 from attncli.core.config_files import load_config
 from attncli.core.device import cpu_supports_bf16, resolve_pad_multiple
 from attncli.core.malloc import keep_freed_memory
-from attncli.data.tokenizer import PAD_ID
+from attncli.core.text import PAD_ID
 from attncli.model import loss
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.training.distributed import SummedLoss

@@ -2,7 +2,7 @@
 peak memory per character (what `tokenizer.sample_bytes`'s default rests on).
 
 Feeds both sides of the first pairs, up to N characters, to the trainer with attncli's
-options (tokenizer.py `_train_one`: input_sentence_size=0, so it keeps every sentence).
+options (data/tokenizer.py `_train_one`: input_sentence_size=0, so it keeps every sentence).
 Run it under `/usr/bin/time -v` and read "Maximum resident set size", for example on
 benchmarks/data_scale.py's synthetic corpus:
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attncli.core.config import DecodeConfig, ModelConfig
-from attncli.data.tokenizer import EOS_ID
+from attncli.core.text import EOS_ID
 from attncli.decoding.search import translate_ids
 from attncli.model import Seq2SeqTransformer
 from attncli.model.attention_maps import attention_maps

@@ -19,8 +19,8 @@ from helpers import SMALL, assert_one_line_error, metrics, pointers, resume, run
 from safetensors.torch import load_file
 from test_signal_stops import signal_during_validation
 
-from attncli.runs.checkpoint_state import read_tensors
-from attncli.runs.checkpoints import MODEL_FILE
+from attncli.runs.checkpoints import read_tensors
+from attncli.runs.layout import MODEL_FILE
 from attncli.training import averaging
 from attncli.training.validate import ValScores
 

@@ -10,8 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
 from attncli.data.batching import batch_loader, collate, padding_share, round_up, token_batches
-from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def _lengths(n: int = 2000, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -28,8 +28,8 @@ from attncli.bench import (
 )
 from attncli.bench.timing import Timing, measure
 from attncli.core.config import Config, ModelConfig, TokenizerConfig, TrainConfig
+from attncli.core.text import EOS_ID
 from attncli.data.batching import collate
-from attncli.data.tokenizer import EOS_ID
 from attncli.model.transformer import Seq2SeqTransformer
 
 CPU = torch.device("cpu")

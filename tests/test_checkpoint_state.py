@@ -9,7 +9,7 @@ import torch
 
 from attncli.core.config import ModelConfig, TrainConfig
 from attncli.model import Seq2SeqTransformer
-from attncli.runs.checkpoint_state import _host_values, join_optimizer_state, split_optimizer_state
+from attncli.runs.checkpoints import _host_values, join_optimizer_state, split_optimizer_state
 from attncli.training.optim import make_optimizer
 
 

@@ -610,7 +610,7 @@ def test_a_resume_on_other_training_data_is_refused(runs, data_dir, tmp_path):
 def test_a_cpu_run_saves_no_gpu_random_state_and_ignores_one(runs):
     """Only the training device's generator is saved; a GPU state (attncli 0.2 saved every
     visible GPU's) does not stop a resume on a machine without that GPU."""
-    from attncli.runs.checkpoint_state import rng_state, set_rng_state
+    from attncli.runs.checkpoints import rng_state, set_rng_state
 
     state = json.loads((runs / "straight" / "checkpoints" / "step-6" / "state.json").read_text())
     assert "cuda" not in state["rng"]

@@ -11,7 +11,8 @@ import pytest
 from attncli.core.config import Config
 from attncli.core.config_files import load_config, parse_config, read_yaml
 from attncli.core.errors import AttncliError
-from attncli.training.resume_rules import check_resume_changes, model_fingerprint
+from attncli.model.build import model_fingerprint
+from attncli.training.resume_rules import check_resume_changes
 
 REPO = Path(__file__).resolve().parents[1]
 

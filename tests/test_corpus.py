@@ -18,7 +18,7 @@ from helpers import SMALL, assert_one_line_error, run_cli
 from attncli.core.config import Config, DataConfig, TokenizerConfig
 from attncli.core.errors import AttncliError
 from attncli.core.files import TEMP_PREFIX, remove_temp_entries, staged_folder
-from attncli.data import cache as token_cache
+from attncli.data import cache as data_cache
 from attncli.data.batching import batch_loader, token_batches
 from attncli.data.corpus import prepare_training_data, sampled_texts
 from attncli.data.sources import open_split, split_source
@@ -130,7 +130,7 @@ def test_empty_and_long_pairs_are_counted_and_left_out(tmp_path):
 
 def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkeypatch):
     one, _ = _prepare(_config(toy, tmp_path / "one"))
-    monkeypatch.setattr(token_cache, "ROWS_PER_PROCESS", 100)
+    monkeypatch.setattr(data_cache, "ROWS_PER_PROCESS", 100)
     config = _config(toy, tmp_path / "two")
     config.data.num_proc = 2
     two, lines = _prepare(config)
@@ -287,7 +287,6 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(data_dir, tmp_path):
 def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
     """A cache holding every entry (a read-only mount of a shared one) was refused as not
     writable; writing is checked only where something must be built."""
-    from attncli.data import data_cache
 
     config = _config(toy, tmp_path / "cache")
     _prepare(config)  # every entry built
@@ -305,13 +304,13 @@ def test_a_complete_cache_is_only_read(toy, tmp_path, monkeypatch):
 def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypatch):
     import shutil
 
-    real = token_cache._tokenize_into
+    real = data_cache._tokenize_into
 
     def racing(folder, key, *args):
         real(folder, key, *args)
         shutil.copytree(folder, folder.parent / key)  # the other process renames first
 
-    monkeypatch.setattr(token_cache, "_tokenize_into", racing)
+    monkeypatch.setattr(data_cache, "_tokenize_into", racing)
     data, lines = _prepare(_config(toy, tmp_path / "cache"))
     assert len(data.train) == 300
     leftovers = [p.name for p in (tmp_path / "cache" / "corpora").iterdir()]
@@ -327,7 +326,7 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_pat
         (folder / "tokens.arrow").write_bytes(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(token_cache, "_tokenize_into", full)
+    monkeypatch.setattr(data_cache, "_tokenize_into", full)
     with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
         _prepare(_config(toy, tmp_path / "cache"))
     assert list((tmp_path / "cache" / "corpora").iterdir()) == []
@@ -375,7 +374,7 @@ def _intact(folder: Path) -> bool:
 def test_a_cache_entry_another_process_finished_meanwhile_is_kept(tmp_path):
     """The entry was deleted before the build and its builder's rename then failed with a
     traceback: now theirs is kept, and only a damaged one is replaced."""
-    from attncli.data.data_cache import write_entry
+    from attncli.data.cache import write_entry
 
     folder = tmp_path / "corpora" / "key"
     _entry(folder, "theirs, finished while we trained our tokenizer")

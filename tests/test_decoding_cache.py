@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from attncli.decoding.search import _in_place_order, beam_search, max_output_lengths
-from attncli.decoding.search_state import compaction
+from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
+from attncli.decoding.search import _in_place_order, beam_search, compaction, max_output_lengths
 from attncli.model.attention import MultiHeadAttention
 from attncli.model.kv_cache import KVCache, changed_rows
 from tests.test_search import A, B, _model, _padded, _sources

@@ -41,7 +41,8 @@ def _test_sources(data_dir: Path) -> list[str]:
 def _decoded(run: Path, engine: str, texts: list[str], beam: int = 1,
              n: int | None = None) -> list[list[int]]:
     """Each text's best hypothesis through `engine`, as ids."""
-    from attncli.evaluate import decode_ids, encode_sources, load_for_decoding
+    from attncli.decoding.texts import encode_sources
+    from attncli.runs.trained import decode_ids, load_for_decoding
 
     trained = load_for_decoding(run, "cpu", "auto", engine, no_repeat_ngram=n)
     src = encode_sources(trained.tokenizer, texts, trained.config.model.max_positions)
@@ -178,7 +179,7 @@ def test_a_damaged_model_file_is_one_line(run, data_dir, tmp_path):
 def test_the_exported_engine_never_writes_bos_or_pad_as_attncli_does(run, data_dir, tmp_path):
     """A model that ranks <s> first (a short run can): CTranslate2 wrote it where attncli's
     search bans it, and the detokenized outputs differed without a trace of why."""
-    from attncli.data.tokenizer import BOS_ID
+    from attncli.core.text import BOS_ID
 
     copy = _with_biases(run, tmp_path / "bos", {BOS_ID: 6.0})
     made = json.loads((copy / "ctranslate2" / "attncli.json").read_text())

@@ -8,7 +8,7 @@ import torch
 from attncli.core.config import DecodeConfig, ModelConfig
 from attncli.core.device import resolve_decode_precision
 from attncli.core.errors import AttncliError
-from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
 from attncli.decoding.search import beam_search, greedy_search, max_output_lengths, translate_ids
 from attncli.model import Seq2SeqTransformer
 

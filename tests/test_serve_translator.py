@@ -3,7 +3,7 @@ as their own sentences finish, with exactly what the whole batch returns."""
 
 from __future__ import annotations
 
-from attncli.evaluate import load_for_decoding
+from attncli.runs.trained import load_for_decoding
 from attncli.serve.translator import Settings, Translator, Work
 
 TEXTS = ["A dog.", "Two men in red shirts are playing football on a green field near a lake.",

@@ -12,9 +12,10 @@ import torch
 from conftest import toy_pairs
 from helpers import SMALL, assert_one_line_error, losses, metrics, resume, train
 
+from attncli.core.text import EOS_ID
 from attncli.data.batching import collate
 from attncli.data.subwords import SubwordSampler
-from attncli.data.tokenizer import EOS_ID, Tokenizer
+from attncli.data.tokenizer import Tokenizer
 
 SAMPLING = ["train.subword_alpha=0.2", "train.max_steps=4", "train.save_every=2"]
 

@@ -93,7 +93,7 @@ def test_other_codes_for_chinese_japanese_and_korean_are_those_languages():
     (0.00 for near-perfect output)."""
     from attncli.core.text import base_language
     from attncli.data.tokenizer import normalization_rule
-    from attncli.evaluate import bleu_tokenizer
+    from attncli.decoding.scoring import bleu_tokenizer
 
     assert [base_language(c) for c in ("cmn", "zho", "yue", "jpn", "kor", "zh-Hant")] == [
         "zh", "zh", "zh", "ja", "ko", "zh"]

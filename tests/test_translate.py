@@ -20,13 +20,14 @@ import torch
 
 from attncli.core.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
 from attncli.core.config_files import save_config
-from attncli.data.tokenizer import EOS_ID, train_tokenizer
-from attncli.evaluate import bleu_tokenizer, corpus_scores, encode_sources
-from attncli.model.build import build_model
+from attncli.core.text import EOS_ID
+from attncli.data.tokenizer import train_tokenizer
+from attncli.decoding.scoring import bleu_tokenizer, corpus_scores
+from attncli.decoding.texts import encode_sources
+from attncli.model.build import build_model, model_fingerprint
 from attncli.runs.checkpoints import save_checkpoint
 from attncli.runs.layout import RunPaths
 from attncli.training.optim import make_optimizer
-from attncli.training.resume_rules import model_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_POSITIONS = 64

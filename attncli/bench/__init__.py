@@ -1,6 +1,6 @@
 """`attncli bench`: attention kernels, training throughput (with MFU) and decoding speed.
 
-Three suites, one timer (`attncli.timing.measure`: warm-up, repeated runs, median, CUDA
+Three suites, one timer (`timing.measure`: warm-up, repeated runs, median, CUDA
 events on GPU, peak memory in an extra untimed run) and one report: each suite returns plain
 data, the tables are drawn from that data and ``--json`` writes the same data, so the screen
 and the file never disagree.
@@ -12,7 +12,8 @@ and the file never disagree.
 * infer: greedy and beam-5 decoding at batch 1 and 64 with a fixed output length, and the
   same model through its CTranslate2 export (on CPU, when ctranslate2 is installed).
 
-One module per job: ``peaks`` (the device's peak throughput), ``flops`` (the FLOP model),
+Imports every layer up to `training` (its train step), never `serve`. One module per job:
+``timing`` (the timer), ``peaks`` (the device's peak throughput), ``flops`` (the FLOP model),
 ``peer`` (the torch.nn.Transformer peer), ``attention_suite``, ``train_suite``,
 ``infer_suite``, ``render`` (the tables) and ``command`` (the CLI entry and the JSON report).
 """

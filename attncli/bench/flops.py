@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from attncli.core.config import ModelConfig
+from attncli.core.text import PAD_ID
 from attncli.data.batching import Batch
-from attncli.data.tokenizer import PAD_ID
 
 FWD_BWD_FLOP_FACTOR = 3  # backward = 2 x forward (dQ, dK from dS; dV, dP from dO)
 

@@ -16,9 +16,16 @@ from attncli.bench.train_suite import SENTENCE_LENGTHS
 from attncli.core.config import Config
 from attncli.core.device import autocast
 from attncli.core.errors import AttncliError
+from attncli.core.text import EOS_ID, PAD_ID
 from attncli.data.batching import pad
-from attncli.data.tokenizer import EOS_ID, PAD_ID
-from attncli.decoding.ctranslate2 import check_exportable
+from attncli.decoding.ctranslate2 import (
+    banned_pieces,
+    build_spec,
+    check_exportable,
+    open_translator,
+    write_spec,
+)
+from attncli.decoding.search import beam_search, greedy_search
 from attncli.model.transformer import Seq2SeqTransformer
 
 INFER_OUTPUT_LEN = 20  # tokens every synthetic sentence decodes before its forced EOS
@@ -28,8 +35,6 @@ def _decode_runner(model: Seq2SeqTransformer, src: Tensor, beam: int, output_len
                    device: torch.device, precision: str, found: list[list[Any]]
                    ) -> Callable[[], object]:
     """One search call (greedy for beam 1); ``found`` keeps the last call's best hypotheses."""
-    from attncli.decoding.search import beam_search, greedy_search
-
     def run() -> None:
         with autocast(device, precision):
             if beam == 1:
@@ -53,8 +58,6 @@ def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, 
     """The same model and sources through its CTranslate2 export (float32), as
     `--engine ctranslate2` runs it: output_len + 1 decoder steps per sentence, as above."""
     import tempfile
-
-    from attncli.decoding.ctranslate2 import banned_pieces, build_spec, open_translator, write_spec
 
     pieces = ["<pad>", "<unk>", "<s>", "</s>", *(f"t{i}" for i in range(EOS_ID + 1, vocab))]
     rows = []

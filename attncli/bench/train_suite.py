@@ -14,8 +14,8 @@ from attncli.bench.peer import TorchTransformerPeer
 from attncli.bench.timing import MEMORY_METHOD, Timing, measure
 from attncli.core.config import Config
 from attncli.core.device import resolve_pad_multiple
+from attncli.core.text import EOS_ID, PAD_ID
 from attncli.data.batching import Batch, collate, token_batches
-from attncli.data.tokenizer import EOS_ID, PAD_ID
 from attncli.model.transformer import Seq2SeqTransformer
 from attncli.training.distributed import SummedLoss
 from attncli.training.optim import make_optimizer

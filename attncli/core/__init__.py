@@ -1,1 +1,15 @@
-"""placeholder"""
+"""core: what every layer shares, and nothing of translation itself.
+
+Imports nothing of attncli outside this package; everything else may import it. Modules, in
+reading order:
+
+    errors.py        AttncliError (a problem the user can fix: exit 2) and who reports it
+    files.py         crash-safe writes (files, whole folders) and the one write probe
+    text.py          the special token ids and language codes (base language, scripts)
+    config.py        the config's schema: typed, validated sections and their defaults
+    config_files.py  YAML files -> a `Config`, with --set overrides, and back
+    device.py        the device and numeric precision for train, eval and bench
+    console.py       standard output that may not be UTF-8, JSON lines, the training display
+    plots.py         learning curves and attention heatmaps as PNG
+    malloc.py        glibc malloc tuning, before any command runs
+"""

@@ -21,11 +21,14 @@ from pydantic import (
 from attncli.core.errors import AttncliError
 from attncli.core.text import converted_sides, is_traditional
 
-# `train.pad_multiple: auto` picks 1 or this (see device.resolve_pad_multiple); configs are
+# `train.pad_multiple: auto` picks 1 or this (see core.device.resolve_pad_multiple); configs are
 # checked against the larger, so a config that fits on one machine fits on every machine.
 LARGEST_AUTO_PAD_MULTIPLE = 8
 # train.examples: a few sentences to watch, not a test set (each costs decoding at validation).
 MAX_EXAMPLES = 32
+# The model keys that leave the weights' shapes as they are (dropout rates, the attention
+# kernel): the model's fingerprint leaves them out, and a resume may change them.
+WEIGHTLESS_MODEL_KEYS = frozenset({"dropout", "attention_dropout", "attention"})
 
 
 class _Section(BaseModel):
@@ -165,7 +168,7 @@ class TrainConfig(_Section):
         2048, ge=1, description="Max padded tokens per batch on its longer side (source or "
                                 "target).")
     pad_multiple: int | Literal["auto"] = Field(
-        "auto", description="Pad batch lengths up to a multiple of this (auto: see device.py)."
+        "auto", description="Pad batch lengths up to a multiple of this (auto: see core/device.py)."
     )
     accum_steps: int = Field(1, ge=1, description="Batches per optimizer update; with several "
                              "training processes a multiple of their number (each its share).")
@@ -204,7 +207,7 @@ class TrainConfig(_Section):
     threads: int | None = Field(None, ge=1, description="CPU threads (default: all cores).")
     workers: int | Literal["auto"] = Field(
         "auto", description="Processes that collate batches ahead of the training step (0: "
-                            "the training process itself; auto: see batching.py).")
+                            "the training process itself; auto: see data/batching.py).")
     tensorboard: bool | Literal["auto"] = Field(
         "auto", description="Also log the metrics to RUN/tensorboard/ (auto: when tensorboard "
                             "is installed).")

@@ -1,18 +1,27 @@
-"""What the user sees while training: a progress bar on a terminal, plain lines otherwise,
-and every line in the run's train.log."""
+"""What the user sees: standard output that may not be UTF-8 or may go away, JSON lines on it,
+and while training a progress bar on a terminal, plain lines otherwise, and every line in the
+run's train.log."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def writes_utf8(stream) -> bool:
     """Whether `stream` (stdout, stderr) encodes UTF-8: where not, what it cannot encode is
-    escaped (`cli.main`), and JSON lines use JSON's own escapes (`evaluate.stdout_json`)."""
+    escaped (`cli.main`), and JSON lines use JSON's own escapes (`stdout_json`)."""
     return (getattr(stream, "encoding", None) or "").lower().replace("-", "") == "utf8"
+
+
+def stdout_json(record: dict[str, Any]) -> str:
+    """`record` as one JSON line for standard output: its text as it is where stdout is UTF-8,
+    else as JSON escapes (the escapes that stdout falls back on are not JSON's)."""
+    return json.dumps(record, ensure_ascii=not writes_utf8(sys.stdout))
 
 
 _stdout_gone = False  # set once standard output failed: the lines after it go to train.log only

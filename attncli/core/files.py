@@ -1,11 +1,14 @@
-"""Crash-safe writes: a reader, or a resumed run, finds the old file or the new one, never half.
+"""Files: crash-safe writes, and the checks that a file or folder can be written before the work.
+
+A reader, or a resumed run, finds the old file or the new one, never half.
 
 A file is written under a temp name in its own folder, flushed to disk (fsync), renamed over its
 target, and the folder is fsynced so that the rename survives a power cut too. A folder of files
 (a checkpoint, a downloaded data set) is built the same way: written whole under a temp name,
 every file and the folder fsynced, then renamed into place in one step.
 
-This module imports nothing of attncli's, so every other module can use it.
+Before a command's work, `output_file_problem`, `output_folder_problem` and `check_writable`
+say whether its outputs can be written at all, with one probe (`_probe`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from attncli.core.errors import AttncliError
 
 # Names of temp files and folders start with this, so listings can tell them from real ones.
 TEMP_PREFIX = ".tmp-"
@@ -132,13 +137,32 @@ def output_folder_problem(folder: Path) -> str | None:
             if not existing.is_dir():
                 return f"{existing} is a file, not a folder"
             try:
-                fd, tmp = tempfile.mkstemp(dir=existing, prefix=f"{TEMP_PREFIX}probe.")
+                _probe(existing)
             except OSError as err:
                 return f"cannot write in {existing} ({err.strerror or err})"
-            os.close(fd)
-            Path(tmp).unlink(missing_ok=True)
             return None
     return None
+
+
+def check_writable(folder: Path, what: str = "run folders",
+                   fix: str = "choose another with --runs-dir") -> None:
+    """Make `folder` (if needed) and prove a file can be created there, before any work; what
+    cannot is one line naming `what` the folder is for and the `fix`."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _probe(folder)
+    except OSError as err:
+        raise AttncliError(f"{folder}: cannot write {what} here ({err.strerror or err}); {fix}"
+                           ) from None
+
+
+def _probe(folder: Path) -> None:
+    """The one write probe: a temp file made in `folder` and removed, as a write will make
+    one; raises the OSError that says why it cannot."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{TEMP_PREFIX}probe.")
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -1,11 +1,18 @@
-"""Language codes as configs and data sets write them: the base language of a code, and whether
-a Chinese code asks for traditional characters.
+"""What every layer knows of text: the special token ids, and language codes as configs and data
+sets write them (the base language of a code, and whether a Chinese code asks for traditional
+characters).
 
-Kept apart and free of attncli imports because the config's checks, the tokenizer's
-normalization, the BLEU tokenizer and the script conversion all ask these questions.
+Kept free of attncli imports, and of sentencepiece and torch, because the config's checks,
+batching, the model, the searches, the tokenizer's normalization, the BLEU tokenizer and the
+script conversion all ask these questions; before this module, nine modules imported the
+tokenizer only for its ids.
 """
 
 from __future__ import annotations
+
+# Special ids, fixed so that the model, batching, search and the tokenizer agree without asking
+# (every SentencePiece model attncli trains or accepts has them; `data.tokenizer` checks).
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 # ISO 639-3 (and -2) codes of Chinese, Japanese and Korean, which data sets use too (Tatoeba:
 # cmn), mapped to the two-letter codes the rest of attncli asks about.

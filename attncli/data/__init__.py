@@ -1,1 +1,19 @@
-"""placeholder"""
+"""data: from a data set's name to the batches a training step takes.
+
+A name becomes files (sources), files become string columns (readers, chinese_script), text
+becomes subword ids (tokenizer, subwords), ids are cached on disk (cache) and cut into padded
+batches (batching); corpus ties them together for a training run. Imports only `core`.
+Modules, in reading order:
+
+    sources.py         find a data set (path, $ATTNCLI_DATA_DIR, ./data, the Hub; Hub layouts)
+                       and read one split as strings
+    readers.py         one split's files (JSON Lines, TSV, parallel text), checked, as columns
+    chinese_script.py  traditional Chinese converted to simplified where it is read (OpenCC)
+    tokenizer.py       SentencePiece: train, save, load; encode and decode
+    subwords.py        subword regularization: training batches re-segmented by sampling
+    batching.py        token-budget batches, padding, and the DataLoader feeding training
+    cache.py           the data cache: tokenized splits as memory-mapped Arrow, keyed on what
+                       they depend on
+    corpus.py          what a training run reads: its tokenizer and tokenized splits, cached
+                       (`attncli prepare`)
+"""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attncli.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
 
 # How batches are cut, saved with each checkpoint: a data position (epoch, batch index) only
 # means the same batches when they are cut the same way.

@@ -1,33 +1,227 @@
-"""Tokenizing a split into the data cache, or finding it there already tokenized.
+"""The data cache: tokenized splits (and the tokenizers of corpus.py) made once, reused by every
+run over the same data.
 
-The entry's key (see `data_cache.py`) hashes the data files' paths, sizes and modification
-times, the split, the language pair, the tokenizer model's bytes, data.max_len and the row
-limit: a changed file or tokenizer gets a new entry. Tokenizing runs in `data.num_proc`
-processes through `datasets.Dataset.map`, which writes the Arrow files `token_table.py` maps.
+    <cache>/tokenizers/<key>/             a tokenizer trained on a sample of a training split
+                                          (corpus.py)
+    <cache>/corpora/<key>/manifest.json   a tokenized split: its key, rows, files and sizes
+    <cache>/corpora/<key>/tokens*.arrow   src_ids, tgt_ids, src_len, tgt_len, one row a pair
+
+A key is a hash of everything an entry's contents depend on, so a second run over the same data
+reuses the entry and a changed input gets a new one. A tokenized split's key hashes the data
+files' identity (paths, sizes, modification and change times), the split, the language pair,
+the tokenizer model's bytes, data.max_len and the row limit. An entry is written into a temp
+folder that is renamed when complete, so a reader never sees half of one, and it is checked
+against its manifest when opened: a partial or corrupt one is reported as missing, so it is
+rebuilt, never trusted.
+
+Why Arrow and not Python lists: a list of ints costs about 36 bytes a token, so WMT14's 4.5
+million pairs did not fit in memory; the table holds a token in 2 bytes, on disk, paged in by
+the operating system as batches touch it. Tokenizing runs in `data.num_proc` processes through
+`datasets.Dataset.map`, which writes the Arrow files training maps.
+
+Three parts, in the order an entry is made and read: the cache's entries (where, keys,
+writing one), reading a tokenized split, and tokenizing a split into the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
+import json
+import mmap
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attncli.core.config import DataConfig
 from attncli.core.errors import AttncliError
-from attncli.core.files import atomic_write_json
-from attncli.data.data_cache import CACHE_FORMAT, cache_key, check_cache_writable, write_entry
+from attncli.core.files import (
+    atomic_write_json,
+    check_writable,
+    remove_folder,
+    remove_temp_entries,
+    staged_folder,
+)
+from attncli.data.batching import Batch, collate_flat
 from attncli.data.sources import SplitSource
-from attncli.data.token_table import TokenizedSplit, open_entry
 from attncli.data.tokenizer import tokenizer_from_bytes
 
 if TYPE_CHECKING:  # for the hints only: `datasets` is imported where a split is read
     from datasets import Dataset
+
+
+# --------------------------------------------------------------------------------------------
+# The cache's entries: where the cache is, what names an entry, how one is written
+# --------------------------------------------------------------------------------------------
+
+
+CACHE_FORMAT = 1
+
+
+def _remove_damaged(folder: Path) -> None:
+    """Remove a damaged entry; another process removing it too is no error."""
+    with contextlib.suppress(FileNotFoundError):
+        remove_folder(folder)
+
+
+def cache_root(cfg: DataConfig) -> Path:
+    """data.cache_dir, else $ATTNCLI_CACHE_DIR, else $XDG_CACHE_HOME/attncli (~/.cache)."""
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    if os.environ.get("ATTNCLI_CACHE_DIR"):
+        return Path(os.environ["ATTNCLI_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg) / "attncli"
+
+
+def check_cache_writable(folder: Path) -> None:
+    """`folder` (the cache's tokenizers/ or corpora/) can take a new entry: checked before the
+    work that fills one, as a read-only or misplaced cache otherwise fails only after it."""
+    check_writable(folder, "the data cache",
+                   "set data.cache_dir or $ATTNCLI_CACHE_DIR to a writable folder")
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    """The entry name for `parts`: everything the entry's contents depend on, hashed."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def write_entry(folder: Path, fill: Callable[[Path], None],
+                intact: Callable[[Path], bool]) -> None:
+    """`fill` a temp folder that becomes the cache entry `folder` in one rename.
+
+    The temp folders a killed build of it left are removed first (not those of a build still
+    running in another process: several may start at once). An entry already there is
+    replaced only if, once ours is built, it is not `intact` (damaged): another process may
+    have built it meanwhile (the build takes minutes), and theirs is kept. Anything else the
+    disk refuses is one line, and nothing is kept.
+    """
+    remove_temp_entries(folder.parent, f"{folder.name}.*", abandoned_only=True)
+    try:
+        with staged_folder(folder) as staging:
+            fill(staging)
+            if folder.exists() and not intact(folder):
+                _remove_damaged(folder)
+    except OSError as err:
+        if not (folder.is_dir() and intact(folder)):
+            raise AttncliError(f"{folder.parent}: cannot write the data cache "
+                               f"({err.strerror or err}); nothing was kept") from None
+
+
+# --------------------------------------------------------------------------------------------
+# A tokenized split as training reads it: an entry's Arrow files, memory-mapped
+# --------------------------------------------------------------------------------------------
+
+
+COLUMNS = ("src_ids", "tgt_ids", "src_len", "tgt_len")
+
+
+class MappedTable:
+    """The Arrow files of one cache entry, mapped read-only, with zero-copy numpy views of the
+    token columns (per record batch: list offsets and values)."""
+
+    def __init__(self, files: list[Path]):
+        import pyarrow as pa
+
+        self.files = files
+        self.maps = []
+        for path in files:
+            with open(path, "rb") as f:
+                self.maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+        self.table = pa.concat_tables(pa.ipc.open_stream(pa.py_buffer(m)).read_all()
+                                      for m in self.maps)
+        sizes = [len(chunk) for chunk in self.table.column("src_ids").chunks]
+        self.chunk_starts = np.cumsum([0, *sizes])
+        self.views = {name: [(chunk.offsets.to_numpy(), chunk.values.to_numpy())
+                             for chunk in self.table.column(name).chunks]
+                      for name in ("src_ids", "tgt_ids")}
+
+    def __reduce__(self):
+        """Pickled as its file names (a DataLoader worker started by spawn maps them anew)."""
+        return MappedTable, (self.files,)
+
+    def gather(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """The ids of `rows` in column `name`, back to back."""
+        chunks = np.searchsorted(self.chunk_starts, rows, side="right") - 1
+        views = self.views[name]
+        parts = []
+        for chunk, row in zip(chunks.tolist(), (rows - self.chunk_starts[chunks]).tolist(),
+                              strict=True):
+            offsets, values = views[chunk]
+            parts.append(values[offsets[row] : offsets[row + 1]])
+        return np.concatenate(parts)
+
+    def release_pages(self) -> None:
+        """Unmap the pages read so far; the next read maps them again from the page cache.
+
+        Why: a batch's rows lie all over the file, and every read maps 64 KiB around it, so
+        within an epoch the whole file (about 1 GB for WMT14) counted as this process's resident
+        memory although it only ever needed a few pages at a time.
+        """
+        if hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+            for mapped in self.maps:
+                mapped.madvise(mmap.MADV_DONTNEED)
+
+
+class TokenizedSplit:
+    """The pairs of one split that training uses, read from a cached Arrow table.
+
+    src_lens: (pairs,) int32  source ids with EOS;  tgt_lens: (pairs,) int32  bare target ids.
+    Pair i is table row `rows[i]`; empty pairs and pairs longer than max_len are left out.
+    """
+
+    def __init__(self, mapped: MappedTable, manifest: dict, folder: Path):
+        self.mapped, self.manifest, self.folder = mapped, manifest, folder
+        src_len = mapped.table.column("src_len").to_numpy()
+        tgt_len = mapped.table.column("tgt_len").to_numpy()
+        empty = (src_len == 0) | (tgt_len == 0)
+        too_long = (src_len > manifest["max_len"]) | (tgt_len + 1 > manifest["max_len"])
+        self.rows = np.flatnonzero(~empty & ~too_long)
+        self.src_lens, self.tgt_lens = src_len[self.rows], tgt_len[self.rows]
+        self.dropped_empty = int(empty.sum())
+        self.dropped_long = int((too_long & ~empty).sum())
+        mapped.release_pages()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def collate(self, pairs: np.ndarray, multiple: int = 1) -> Batch:
+        """The padded batch of pairs `pairs` (positions in this split)."""
+        rows = self.rows[pairs]
+        batch = collate_flat(self.mapped.gather("src_ids", rows), self.src_lens[pairs],
+                             self.mapped.gather("tgt_ids", rows), self.tgt_lens[pairs], multiple)
+        self.mapped.release_pages()
+        return batch
+
+
+def open_entry(folder: Path, key: str) -> TokenizedSplit | None:
+    """The cached table in `folder`, or None when it is missing, partial or not as recorded."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text("utf-8"))
+        if manifest.get("key") != key:
+            return None
+        files = [folder / entry["name"] for entry in manifest["files"]]
+        if any(path.stat().st_size != entry["bytes"]
+               for path, entry in zip(files, manifest["files"], strict=True)):
+            return None
+        mapped = MappedTable(files)
+        if mapped.table.num_rows != manifest["rows"] or mapped.table.column_names != [
+                *COLUMNS]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):  # pyarrow's errors are ValueErrors too
+        return None
+    return TokenizedSplit(mapped, manifest, folder)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizing a split into the cache, or finding it there already tokenized
+# --------------------------------------------------------------------------------------------
+
 
 # Below this many pairs a split is tokenized in one process: starting workers costs more.
 ROWS_PER_PROCESS = 50_000

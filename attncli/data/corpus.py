@@ -2,12 +2,12 @@
 each taken from the data cache when an earlier run made them, else made now and cached.
 
     <cache>/tokenizers/<key>/spm.model    a tokenizer trained on a sample of a training split
-    <cache>/corpora/<key>/                a tokenized split (token_cache.py, token_table.py)
+    <cache>/corpora/<key>/                a tokenized split (cache.py)
 
 The tokenizer's key hashes the training data's identity, the language pair, data.train_limit
 and the tokenizer settings, so a second run over the same data reuses it, and its model's bytes
 are part of the tokenized splits' keys. Nothing is written outside the cache, so bad data
-leaves no run folder behind. Where the cache is and how an entry is written: `data_cache.py`.
+leaves no run folder behind. Where the cache is and how an entry is written: `cache.py`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ import numpy as np
 
 from attncli.core.config import Config
 from attncli.core.errors import AttncliError
-from attncli.data.cache import Log, first_rows, tokenized_split
-from attncli.data.data_cache import (
+from attncli.data.cache import (
     CACHE_FORMAT,
+    Log,
+    TokenizedSplit,
     cache_key,
     cache_root,
     check_cache_writable,
+    first_rows,
+    tokenized_split,
     write_entry,
 )
 from attncli.data.sources import (
@@ -37,15 +40,14 @@ from attncli.data.sources import (
     split_source,
 )
 from attncli.data.subwords import check_samplable
-from attncli.data.token_table import TokenizedSplit
 from attncli.data.tokenizer import (
+    ModelFiles,
     install_models,
     model_file_bytes,
     run_models,
     tokenizer_from_bytes,
     train_models,
 )
-from attncli.runs.layout import RunPaths
 
 # The tokenizer's sample does not depend on train.seed, so runs that differ only in their seed
 # share one tokenizer and one token cache.
@@ -130,7 +132,7 @@ def _tokenizer_key(config: Config, source: SplitSource) -> str:
 
 def _models_readable(folder: Path, joint: bool) -> bool:
     try:
-        run_models(RunPaths(folder), joint)
+        run_models(ModelFiles(folder), joint)
     except AttncliError:
         return False
     return True
@@ -145,7 +147,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         return model_file_bytes(cfg)
     folder = root / "tokenizers" / _tokenizer_key(config, source)
     try:  # the cached files are named as in a run folder
-        models = run_models(RunPaths(folder), cfg.joint)
+        models = run_models(ModelFiles(folder), cfg.joint)
         log(f"tokenizer: reusing {folder}")
         return models
     except AttncliError:
@@ -162,9 +164,9 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    write_entry(folder, lambda staging: install_models(models, RunPaths(staging)),
+    write_entry(folder, lambda staging: install_models(models, ModelFiles(staging)),
                 intact=lambda entry: _models_readable(entry, cfg.joint))
-    models = run_models(RunPaths(folder), cfg.joint)  # another process's, if it was first
+    models = run_models(ModelFiles(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
         f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
         f"{cfg.sample_bytes:,} bytes) in "

@@ -1,6 +1,6 @@
 """Reading one split's files into a `datasets.Dataset` of two string columns, src and tgt.
 
-Kept apart from ``data.py`` (which finds a data set and the files of its splits) because this
+Kept apart from ``sources.py`` (which finds a data set and the files of its splits) because this
 is about file formats: JSON Lines, TSV with a header row, and plain parallel text, each checked
 for what would silently spoil a corpus before `datasets` parses it.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from attncli.core.errors import AttncliError
-from attncli.runs.layout import check_writable
+from attncli.core.files import check_writable
 
 LONE_CR = re.compile(rb"\r(?!\n)")
 # load_dataset's arguments for a read that never reuses the library's copy of the file

@@ -317,7 +317,7 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
 
 def open_split(source: SplitSource):
     """The split as a memory-mapped `datasets.Dataset` with two string columns, src and tgt
-    (rows as stored, empty ones included; see `data_files.read_split_files`), Chinese sides
+    (rows as stored, empty ones included; see `readers.read_split_files`), Chinese sides
     converted to simplified script where the config asks (`chinese_script.py`)."""
     if source.simplified:
         simplifier()  # a missing converter is said before the files are read

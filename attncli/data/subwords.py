@@ -21,8 +21,9 @@ import numpy as np
 import sentencepiece as spm
 
 from attncli.core.errors import AttncliError
+from attncli.core.text import EOS_ID, PAD_ID
 from attncli.data.batching import Batch, collate
-from attncli.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
+from attncli.data.tokenizer import Tokenizer
 
 
 class SubwordSampler:

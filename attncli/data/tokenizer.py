@@ -1,8 +1,8 @@
-"""SentencePiece subwords: train on (a sample of) the training split, save in the run folder,
-load again.
+"""SentencePiece subwords: train on (a sample of) the training split, save in the run folder
+(or a data cache entry), load again.
 
-Special ids are fixed so that the model, batching and search agree without asking:
-pad = 0, unk = 1, bos = 2, eos = 3.
+Special ids are fixed (`core.text`: pad = 0, unk = 1, bos = 2, eos = 3) so that the model,
+batching and search agree without asking; a model with other ids is refused when loaded.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ import io
 import itertools
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import sentencepiece as spm
 
 from attncli.core.config import TokenizerConfig
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_bytes
-from attncli.core.text import base_language
-from attncli.runs.layout import RunPaths
+from attncli.core.text import BOS_ID, EOS_ID, PAD_ID, UNK_ID, base_language
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 # Languages written with full-width punctuation (，。！？), which NFKC would turn into ASCII.
 FULL_WIDTH_PUNCTUATION = {"zh", "ja", "ko"}
 
@@ -77,7 +77,7 @@ class Tokenizer:
         self.src, self.tgt = src, tgt
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
         # What a source text goes through before it is encoded, as the training sources went
-        # (the run's script conversion, set by `trained.load_trained_model`); None: nothing.
+        # (the run's script conversion, set by `runs.trained.load_trained_model`); None: nothing.
         self.prepare_src: Callable[[str], str] | None = None
 
     @property
@@ -115,13 +115,36 @@ class Tokenizer:
         return [self.tgt.id_to_piece(int(i)) for i in ids]
 
 
-# The sides of a tokenizer: one joint model, or one model per side (RunPaths.spm_model names).
+# The sides of a tokenizer: one joint model, or one model per side (`model_file` names them).
 JOINT_SIDES: tuple[str | None, ...] = (None,)
 SEPARATE_SIDES: tuple[str | None, ...] = ("src", "tgt")
 
 
 def model_sides(joint: bool) -> tuple[str | None, ...]:
     return JOINT_SIDES if joint else SEPARATE_SIDES
+
+
+def model_file(folder: Path, side: str | None = None) -> Path:
+    """A tokenizer model's file in `folder` (a run folder or a data cache entry): side None ->
+    the joint model spm.model; 'src'/'tgt' -> spm.src.model, spm.tgt.model."""
+    return Path(folder) / ("spm.model" if side is None else f"spm.{side}.model")
+
+
+class ModelFolder(Protocol):
+    """Where the functions below read and write models: a run folder (`runs.layout.RunPaths`)
+    or a data cache entry (`ModelFiles`); both name their files with `model_file`."""
+
+    def spm_model(self, side: str | None = None) -> Path: ...
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """A folder of tokenizer models named as in a run folder: a data cache entry."""
+
+    root: Path
+
+    def spm_model(self, side: str | None = None) -> Path:
+        return model_file(self.root, side)
 
 
 # SentencePiece skips longer sentences without a word; the sample is already bounded in bytes
@@ -167,7 +190,7 @@ def train_models(cfg: TokenizerConfig, texts: Callable[[str], Iterable[str]],
 
 
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
-                    paths: RunPaths, languages: tuple[str, str]) -> Tokenizer:
+                    paths: ModelFolder, languages: tuple[str, str]) -> Tokenizer:
     """Train on texts in memory (or copy `tokenizer.model_file`) into the run folder; for
     small corpora and tests. Training runs take theirs from the cache (corpus.py)."""
     texts = {"src": src_texts, "tgt": tgt_texts}
@@ -177,13 +200,13 @@ def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: S
     return load_tokenizer(paths, cfg.joint)
 
 
-def install_models(models: dict[str | None, bytes], paths: RunPaths) -> None:
+def install_models(models: dict[str | None, bytes], paths: ModelFolder) -> None:
     """Write the model(s) into the run folder, where `load_tokenizer` finds them."""
     for side, data in models.items():
         atomic_write_bytes(paths.spm_model(side), data)
 
 
-def run_models(paths: RunPaths, joint: bool) -> dict[str | None, bytes]:
+def run_models(paths: ModelFolder, joint: bool) -> dict[str | None, bytes]:
     """The run's serialized model(s) by side (what a token cache is keyed on), checked."""
     models = {}
     for side in model_sides(joint):
@@ -235,7 +258,7 @@ def check_model_file(cfg: TokenizerConfig) -> None:
         _load_one(Path(cfg.model_file).expanduser())
 
 
-def load_tokenizer(paths: RunPaths, joint: bool) -> Tokenizer:
+def load_tokenizer(paths: ModelFolder, joint: bool) -> Tokenizer:
     """Load the run's SentencePiece model(s); a missing or corrupt file is a one-line error."""
     procs = {side: _load_one(paths.spm_model(side)) for side in model_sides(joint)}
     if joint:

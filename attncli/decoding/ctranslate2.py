@@ -1,7 +1,7 @@
-"""A run's checkpoint as a CTranslate2 model folder, and translation with CTranslate2.
+"""CTranslate2: a model written as a CTranslate2 model folder, and translation with that folder.
 
     attncli export runs/m30k --to ctranslate2 [--quantization int8] [--output DIR] [--force]
-    attncli eval runs/m30k --engine ctranslate2          (translate takes --engine too)
+    attncli eval runs/m30k --engine ctranslate2          (translate and serve take --engine too)
 
 The model is described through CTranslate2's own spec API (`TransformerSpec`) and written by
 its own converter, so the folder is what CTranslate2 itself would write: the layer counts,
@@ -10,33 +10,32 @@ as it is (CTranslate2's own table interleaves sine and cosine differently), laye
 torch's epsilon, and vocabularies listing the run's SentencePiece pieces by id. Sources get our
 EOS appended and decoding starts from our BOS, as attncli's own search does.
 
+What `attncli export` writes (the command is attncli/export.py), what `--engine ctranslate2`
+decodes with (`CTranslate2Engine`), and what the bench's infer suite times. Which run and
+checkpoint an export was made from is checked where a run is opened (`runs.trained`).
+
 `ctranslate2` is an optional extra (`pip install attncli[ct2]`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from attncli.core.errors import AttncliError
-from attncli.core.files import output_folder_problem, remove_temp_entries, replaced_folder
-from attncli.data.tokenizer import BOS_ID, PAD_ID
-from attncli.runs.checkpoints import MODEL_FILE
-
-if TYPE_CHECKING:
-    from attncli.decoding.search import SentenceDone
+from attncli.core.text import BOS_ID, PAD_ID
+from attncli.decoding.search import Hypothesis, SentenceDone
 
 DEFAULT_FOLDER = "ctranslate2"  # under the run folder
 METADATA = "attncli.json"  # what was exported, beside CTranslate2's files
 INSTALL_HINT = "CTranslate2 is not installed: pip install 'attncli[ct2]' (or ctranslate2>=4)"
 
 
-def _ctranslate2():
+def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError:
@@ -84,13 +83,13 @@ def _feed_forward(spec, ff, norm: torch.nn.LayerNorm) -> None:
     _linear(spec.linear_1, second.weight, second.bias)
 
 
-def _pieces(processor) -> list[str]:
+def pieces(processor) -> list[str]:
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
 def build_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
     """A `TransformerSpec` holding `model`'s weights and the vocabularies (pieces by id)."""
-    _ctranslate2()
+    import_ctranslate2()
     from ctranslate2.specs import TransformerSpec
 
     cfg = model.cfg
@@ -121,7 +120,7 @@ def build_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
 
 def write_spec(spec, folder: Path, quantization: str) -> None:
     """CTranslate2's converter writes the model folder (checks, quantization, files)."""
-    ct2 = _ctranslate2()
+    ct2 = import_ctranslate2()
 
     class _FromSpec(ct2.converters.Converter):
         def _load(self):
@@ -133,56 +132,8 @@ def write_spec(spec, folder: Path, quantization: str) -> None:
 def open_translator(folder: Path, threads: int):
     """A CPU `ctranslate2.Translator`: one thread per batch and as many batches at once as
     threads, since attncli's limit groups are small batches (benchmarks/MEASUREMENTS.md)."""
-    return _ctranslate2().Translator(str(folder), device="cpu", inter_threads=max(1, threads),
-                                     intra_threads=1)
-
-
-def export_command(run_dir: Path, to: str, quantization: str, output: Path | None,
-                   force: bool, checkpoint: str = "auto") -> Path:
-    """`attncli export`: write the CTranslate2 folder; returns it."""
-    if to != "ctranslate2":
-        raise AttncliError(f"--to {to}: the one export target is ctranslate2")
-    _ctranslate2()
-    if quantization not in quantizations():
-        raise AttncliError(f"--quantization {quantization}: CTranslate2 stores one of "
-                           f"{', '.join(quantizations())}")
-    from attncli.runs.trained import load_trained_model
-
-    trained = load_trained_model(Path(run_dir), torch.device("cpu"), checkpoint)
-    check_exportable(trained.config)
-    target = _export_target(output or trained.paths.root / DEFAULT_FOLDER, trained.paths.root,
-                            force)
-    if problem := output_folder_problem(target.parent):  # before the conversion
-        raise AttncliError(f"--output {target}: {problem}")
-    spec = build_spec(trained.model, _pieces(trained.tokenizer.src),
-                      _pieces(trained.tokenizer.tgt))
-    remove_temp_entries(target.parent, f"{target.name}.*", abandoned_only=True)
-    with replaced_folder(target) as staging:
-        write_spec(spec, staging, quantization)
-        (staging / METADATA).write_text(json.dumps({
-            "run": str(trained.paths.root.resolve()), "checkpoint": trained.checkpoint.name,
-            "weights_sha256": weights_digest(trained.checkpoint),
-            "quantization": quantization, "max_positions": trained.config.model.max_positions},
-            indent=1))
-    print(f"exported {trained.paths.root} ({trained.checkpoint.name}) to {target} "
-          f"({quantization})")
-    return target
-
-
-def _export_target(target: Path, run_root: Path, force: bool) -> Path:
-    """The folder to write, refused where replacing it could lose what is not an export: the
-    run itself, a folder holding it, a file, or any folder without our metadata."""
-    where = target.resolve()
-    if where == run_root.resolve() or where in run_root.resolve().parents:
-        raise AttncliError(f"--output {target}: that folder holds the run itself; export to a "
-                           "folder of its own")
-    if where.exists() and not (where / METADATA).is_file():
-        raise AttncliError(f"{target} exists and is not a CTranslate2 export made by attncli; "
-                           "it is left as it is: --output a new folder")
-    if where.exists() and not force:
-        raise AttncliError(f"{target} exists; give --force to replace it, or --output another "
-                           "folder")
-    return where
+    return import_ctranslate2().Translator(str(folder), device="cpu",
+                                           inter_threads=max(1, threads), intra_threads=1)
 
 
 def _read_metadata(path: Path) -> dict[str, Any]:
@@ -228,8 +179,6 @@ class CTranslate2Engine:
         CTranslate2 takes one length limit per batch; attncli's limit grows with each
         sentence's length, so sentences go in groups of equal limit, translated side by side.
         """
-        from attncli.decoding.search import Hypothesis
-
         groups: dict[int, list[int]] = {}
         for i, ids in enumerate(src_ids):
             groups.setdefault(self._limit(len(ids)), []).append(i)
@@ -264,52 +213,6 @@ def banned_pieces(id_to_piece) -> list[list[str]]:
     """PAD and BOS, which attncli's search never generates (`search._restrict`), banned in
     CTranslate2 too: it chose `<s>` where the model ranked it first, and outputs differed."""
     return [[id_to_piece(PAD_ID)], [id_to_piece(BOS_ID)]]
-
-
-def weights_digest(checkpoint: Path) -> str:
-    """SHA-256 of a checkpoint folder's weights file: what an export records of the weights it
-    was made from, so that another run's export, or one older than a checkpoint written again
-    (`averaged`), is told apart from a current one."""
-    digest = hashlib.sha256()
-    with open(checkpoint / MODEL_FILE, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def check_made_from(engine: CTranslate2Engine, run_dir: Path, checkpoint: Path) -> None:
-    """Refuse an export whose recorded weights are not those of `checkpoint` (the folder of
-    the checkpoint it names, in `run_dir`). Not checked: exports made before attncli 0.5
-    (no digest) are checked by the run they record, and the run's own export of a checkpoint
-    since pruned is not checked."""
-    recorded, made_by = engine.metadata.get("weights_sha256"), engine.metadata.get("run")
-    own = _made_by(engine, run_dir)
-    if recorded is None and own:
-        return  # nothing recorded to compare
-    if recorded is not None and (checkpoint / MODEL_FILE).is_file():
-        if weights_digest(checkpoint) == recorded:
-            return
-    elif own:
-        return  # the run's own export of a checkpoint since pruned: nothing to compare
-    if not (checkpoint / MODEL_FILE).is_file():
-        raise AttncliError(f"{engine.folder}: this export was made from another run's weights "
-                           f"({made_by}, its {checkpoint.name}); export this run: `attncli "
-                           f"export {run_dir}`")
-    raise AttncliError(
-        f"{engine.folder}: this export was made from other weights than {run_dir}'s "
-        f"{checkpoint.name} (another run's, or {checkpoint.name} before it was written "
-        f"again); export this run: `attncli export {run_dir} --checkpoint {checkpoint.name}`")
-
-
-def _made_by(engine: CTranslate2Engine, run_dir: Path) -> bool:
-    """Whether the export is `run_dir`'s own: inside it (its ctranslate2/ folder), or recording
-    it. Exports before this check recorded the run as given, relative to a working folder no
-    longer known: those are taken as the run's own (nothing to tell them apart by)."""
-    run = Path(run_dir).resolve()
-    made_by = engine.metadata.get("run")
-    if made_by is None or engine.folder.resolve().is_relative_to(run):
-        return True
-    return not Path(made_by).is_absolute() or Path(made_by).resolve() == run
 
 
 def open_engine(run_dir: Path, folder: Path | None, tokenizer, decode_cfg) -> CTranslate2Engine:

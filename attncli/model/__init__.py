@@ -1,4 +1,16 @@
-"""The model: attention modules, Transformer layers and the encoder-decoder."""
+"""model: the encoder-decoder Transformer, from attention up, and built from a config.
+
+Imports `core` (and the tokenizer's type, for hints only). Modules, in reading order:
+
+    attention.py       attention spelled out: masks, reference, fused and additive scores
+    kv_cache.py        the decoder's key/value cache, a buffer per attention module
+    dropout.py         dropout with a cheaper random mask on CPU
+    layers.py          positions, feed-forward, encoder and decoder layers
+    loss.py            the output projection fused with label-smoothed cross-entropy
+    transformer.py     the encoder-decoder (`Seq2SeqTransformer`)
+    build.py           the model a run's config describes, and its weights' fingerprint
+    attention_maps.py  every attention weight behind one translation (translate, serve)
+"""
 
 from attncli.model.transformer import DecoderCache, DecoderOutput, Seq2SeqTransformer
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attncli.data.tokenizer import BOS_ID
+from attncli.core.text import BOS_ID
 from attncli.model.attention import MultiHeadAttention
 from attncli.model.transformer import Seq2SeqTransformer
 

@@ -1,1 +1,14 @@
-"""placeholder"""
+"""runs: the run folder on disk: its layout, its log, its checkpoints, and a trained run opened
+for decoding.
+
+Imports `core`, `data`, `model` and `decoding`. Modules, in reading order:
+
+    layout.py       the run folder's layout (described once, here), finding runs, the one
+                    reader of state.json; torch-free
+    metrics.py      metrics.jsonl, the run's event log
+    checkpoints.py  step folders: saved crash-safely, loaded strictly; weights, optimizer and
+                    RNG as safetensors and JSON (no pickle)
+    average.py      the mean of the newest step folders (`attncli average`)
+    trained.py      a trained run loaded for decoding, with attncli's search or its
+                    CTranslate2 export
+"""

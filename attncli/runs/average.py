@@ -3,7 +3,7 @@
 `attncli average` writes one on request; training writes one when it ends, if
 `train.average_last` asks and the mean validates better than the best checkpoint
 (`training/averaging.py`). Either way the result is `checkpoints/averaged/`, a weights-only
-checkpoint in the step folders' format (see `checkpoint.py`), written like them through a temp
+checkpoint in the step folders' format (see `checkpoints.py`), written like them through a temp
 folder renamed when complete.
 """
 
@@ -23,9 +23,8 @@ from attncli.core.files import (
     remove_temp_entries,
     replaced_folder,
 )
-from attncli.runs.checkpoint_state import read_tensors
-from attncli.runs.checkpoints import FORMAT, MODEL_FILE, STATE_FILE, io_reason, read_state
-from attncli.runs.layout import RunPaths, open_run
+from attncli.runs.checkpoints import FORMAT, io_reason, read_tensors
+from attncli.runs.layout import MODEL_FILE, STATE_FILE, RunPaths, open_run, read_state
 
 
 def newest_steps(paths: RunPaths, last: int) -> list[int]:

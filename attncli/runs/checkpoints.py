@@ -1,13 +1,4 @@
-"""Checkpoints a crash cannot spoil: one folder per save, and one pointer file naming them.
-
-    checkpoints/
-      step-2000/
-        model.safetensors      weights; metadata: step and the model config's fingerprint
-        optimizer.safetensors  AdamW's tensors; metadata: step
-        state.json             step, epoch, data position, schedule, RNG, optimizer scalars
-      pointers.json            {"last": "step-2000", "best": "step-1500"}
-      averaged/                the mean of the last N step folders (`average.py`; written
-                               when training ends if it validates better, see train.average_last)
+"""Checkpoints a crash cannot spoil: the step folders and their files, saved and loaded.
 
 A save writes a temp folder, fsyncs its files and itself, renames it to `step-<N>`, and only
 then replaces pointers.json (one atomic rename). A kill at any moment leaves pointers that name
@@ -15,37 +6,42 @@ complete folders; what the killed save left (a temp folder, or a finished folder
 names yet) is removed by the next save. Older folders beyond `train.keep_checkpoints` go after
 the pointer has moved, the best one excepted. Loading cross-checks the step and the model
 fingerprint of the three files, so a folder assembled from different saves is refused.
-No pickle anywhere: tensors in safetensors, everything else in JSON (`checkpoint_state.py`).
+
+What the files hold: the weights and AdamW's per-parameter tensors in safetensors; the
+optimizer's scalars (its `step` counts and hyper-parameters) and the Python and torch RNG
+states in state.json. No pickle anywhere, so opening a checkpoint never runs code. Where the
+files lie in the run folder, and the one reader of state.json: `layout.py`.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import hashlib
 import os
+import random
 import re
 import signal
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, remove_folder, remove_temp_entries, staged_folder
-from attncli.runs.checkpoint_state import (
-    join_optimizer_state,
-    load_state_dict_strictly,
-    read_tensors,
-    split_optimizer_state,
-    unique_state_dict,
-    with_implementation_of,
+from attncli.runs.layout import (
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    STEP_FOLDER,
+    RunPaths,
+    read_state,
+    saved_state,
 )
-from attncli.runs.layout import STEP_FOLDER, RunPaths, saved_state
 
 FORMAT = "attncli-checkpoint-2"
-MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
 # Test-only: `ATTNCLI_KILL_AT=<phase>@<step>` SIGKILLs the process at that point of that save,
 # so the kill trials can hit every phase of a save (benchmarks/kill_trials.py).
 KILL_AT_ENV = "ATTNCLI_KILL_AT"
@@ -208,17 +204,6 @@ def load_weights(model: nn.Module, folder: Path, fingerprint: str | None = None)
     return meta
 
 
-def read_state(folder: Path) -> dict[str, Any]:
-    """A step folder's state.json; missing or unreadable is a one-line error, not a traceback."""
-    path = folder / STATE_FILE
-    if not path.is_file():
-        raise AttncliError(f"{path}: checkpoint state missing")
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise AttncliError(f"{path}: corrupt checkpoint state ({err})") from None
-
-
 def load_checkpoint(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                     fingerprint: str) -> dict[str, Any]:
     """Restore model and optimizer from a step folder; returns its state (RNG not yet applied).
@@ -240,3 +225,192 @@ def load_checkpoint(folder: Path, model: nn.Module, optimizer: torch.optim.Optim
         raise AttncliError(f"{folder / OPTIMIZER_FILE}: does not match the model's parameters "
                            f"({str(err).splitlines()[0][:120]})") from None
     return state
+
+
+def weights_digest(checkpoint: Path) -> str:
+    """SHA-256 of a checkpoint folder's weights file: what an export records of the weights it
+    was made from, so that another run's export, or one older than a checkpoint written again
+    (`averaged`), is told apart from a current one."""
+    digest = hashlib.sha256()
+    with open(checkpoint / MODEL_FILE, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------
+
+
+def unique_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict with tied tensors stored once (safetensors refuses shared storage)."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr()
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of a safetensors file; anything else is a one-line error."""
+    if not path.is_file():
+        raise AttncliError(f"{path}: checkpoint file missing")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+            return tensors, dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as err:
+        raise AttncliError(
+            f"{path}: not a valid safetensors checkpoint (truncated, corrupt or a pickle?): "
+            f"{str(err).splitlines()[0][:120]}"
+        ) from None
+
+
+def load_state_dict_strictly(model: nn.Module, tensors: dict[str, torch.Tensor],
+                             source: Path) -> None:
+    """Every parameter present with its shape, nothing extra (tied copies come from their twin)."""
+    expected = model.state_dict()
+    owners = {t.data_ptr(): name for name, t in expected.items() if name in tensors}
+    missing = [k for k in expected if k not in tensors and expected[k].data_ptr() not in owners]
+    extra = [k for k in tensors if k not in expected]
+    if missing or extra:
+        raise AttncliError(f"{source}: checkpoint does not match the run's model config "
+                           f"(missing {missing[:3]}, unexpected {extra[:3]})")
+    try:
+        model.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
+        raise AttncliError(f"{source}: checkpoint does not match the model: "
+                           f"{str(err).splitlines()[-1].strip()[:160]}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizer
+# --------------------------------------------------------------------------------------------
+
+
+def split_optimizer_state(optimizer: torch.optim.Optimizer
+                          ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Optimizer state_dict -> (tensors for safetensors, everything else for JSON).
+
+    The 0-dim tensors (AdamW's `step` of every parameter, possibly on the GPU) become JSON
+    numbers read in one host transfer: reading them one by one cost a device sync each, a few
+    hundred per save for a Transformer.
+    """
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    zero_dim: list[tuple[dict[str, Any], str, torch.Tensor]] = []  # (entries, key, tensor)
+    for pid, pstate in sd["state"].items():
+        scalars[str(pid)] = entries = {}
+        for key, value in pstate.items():
+            if torch.is_tensor(value) and value.dim() > 0:
+                tensors[f"{pid}.{key}"] = value.contiguous().cpu()
+            elif torch.is_tensor(value):
+                entries[key] = None  # holds the key's place; filled below
+                zero_dim.append((entries, key, value))
+            else:
+                entries[key] = value
+    numbers = _host_values([value for _, _, value in zero_dim])
+    for (entries, key, value), number in zip(zero_dim, numbers, strict=True):
+        entries[key] = {"tensor": number, "dtype": str(value.dtype)}
+    return tensors, {"state": scalars, "param_groups": sd["param_groups"]}
+
+
+def _host_values(values: list[torch.Tensor]) -> list[int | float | bool]:
+    """`[v.item() for v in values]` with one transfer per (device, dtype), not one per value.
+
+    Grouping keeps each number exactly what `.item()` gives: stacking never mixes dtypes, so
+    an int64 count stays an int and a float32 step is widened from float32 as `.item()` does.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, value in enumerate(values):
+        groups.setdefault((value.device, value.dtype), []).append(i)
+    out: list[int | float | bool] = [0] * len(values)
+    for indices in groups.values():
+        for i, number in zip(indices, torch.stack([values[i] for i in indices]).tolist(),
+                             strict=True):
+            out[i] = number
+    return out
+
+
+def join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]
+                         ) -> dict[str, Any]:
+    """The optimizer state_dict that `split_optimizer_state` took apart, for `load_state_dict`."""
+    state: dict[int, dict] = {}
+    for pid, entries in meta["state"].items():
+        state[int(pid)] = {
+            k: (torch.tensor(v["tensor"], dtype=getattr(torch, v["dtype"].split(".")[-1]))
+                if isinstance(v, dict) and "tensor" in v else v)
+            for k, v in entries.items()
+        }
+    for name, tensor in tensors.items():
+        pid, key = name.split(".", 1)
+        state.setdefault(int(pid), {})[key] = tensor
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+# The flags that choose how an optimizer runs, not what it computes: they follow the device a
+# run is on now, never the one a checkpoint was saved on.
+IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")
+
+
+def with_implementation_of(saved: dict[str, Any], optimizer: torch.optim.Optimizer
+                           ) -> dict[str, Any]:
+    """A saved optimizer state_dict whose groups take `optimizer`'s implementation flags.
+
+    `load_state_dict` replaces the groups with the saved ones, flags included: a CPU run
+    (foreach) resumed on CUDA would load `fused=None` into a fused optimizer, whose step then
+    hands `found_inf` to the foreach path, which refuses it. The flags also decide where
+    `load_state_dict` puts each `step` tensor (the fused kernel wants them on the device), so
+    they must be right before loading, not patched after.
+    """
+    groups = [{**group, **{flag: current[flag] for flag in IMPLEMENTATION_FLAGS
+                           if flag in current}}
+              for group, current in zip(saved["param_groups"], optimizer.param_groups,
+                                        strict=True)]
+    return {**saved, "param_groups": groups}
+
+
+# --------------------------------------------------------------------------------------------
+# RNG state
+# --------------------------------------------------------------------------------------------
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Python and torch RNG states as JSON-friendly data (torch state as base64 bytes), and
+    the state of the CUDA device the run uses: not every visible GPU's, so a CPU run saves none
+    and a run resumes on a machine with fewer GPUs."""
+    state = {
+        "python": _jsonable(random.getstate()),
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+    }
+    if device.type == "cuda":
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state(device).numpy().tobytes()
+                                         ).decode()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    """Restore what `rng_state` saved; a CUDA state is restored only when training on CUDA."""
+    random.setstate(_tupled(state["python"]))
+    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])),
+                                         dtype=torch.uint8))
+    saved = state.get("cuda")
+    if isinstance(saved, list):  # attncli 0.2 saved every visible GPU's state
+        saved = saved[0] if saved else None
+    if saved is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(saved)),
+                                                  dtype=torch.uint8), device)
+
+
+def _jsonable(x: Any) -> Any:
+    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tupled(x: Any) -> Any:
+    return tuple(_tupled(v) for v in x) if isinstance(x, list) else x

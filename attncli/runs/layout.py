@@ -1,17 +1,28 @@
-"""The run folder: its layout, the metrics log, and finding runs again.
+"""The run folder: the one description of its layout, the one reader of state.json, and
+finding runs again.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
-      checkpoints/step-<N>/        one folder per save (see checkpoint.py): model.safetensors,
-                                   optimizer.safetensors, state.json
-      checkpoints/pointers.json    {"last": "step-<N>", "best": "step-<M>"}, replaced atomically
-      checkpoints/averaged/        the mean of the last step folders (`attncli average`, or
-                                   train.average_last when training ends)
+      checkpoints/
+        step-<N>/                  one folder per save, written whole (see checkpoints.py):
+          model.safetensors          weights; metadata: step and the model config's fingerprint
+          optimizer.safetensors      AdamW's tensors; metadata: step
+          state.json                 step, epoch, data position, schedule, RNG, optimizer scalars
+        pointers.json              {"last": "step-<N>", "best": "step-<M>"}, replaced atomically
+        averaged/                  the mean of the last step folders (`attncli average`, or
+                                   train.average_last when training ends; see average.py):
+                                   model.safetensors and a state.json of its steps and scores
       metrics.jsonl                one JSON object per log, validation or examples event
+                                   (metrics.py)
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
+      tensorboard/                 the same events for TensorBoard (train.tensorboard)
       eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*)
+      ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default)
+      .train.lock                  held by the `attncli train` using the run (`run_lock`)
+
+Torch-free, so that `attncli train` can check a run to resume before torch loads.
 """
 
 from __future__ import annotations
@@ -21,20 +32,18 @@ import json
 import os
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from attncli.core.config import Config
-from attncli.core.config_files import load_config
 from attncli.core.errors import AttncliError
-from attncli.core.files import atomic_write_text
-from attncli.training.resume_rules import check_resume_changes, check_resume_limits
-from attncli.training.tensorboard import tensorboard_wanted
+from attncli.data.tokenizer import model_file
 
 STEP_FOLDER = re.compile(r"step-(\d+)")
+# The files of a step folder (and of checkpoints/averaged/, which has no optimizer file).
+MODEL_FILE, OPTIMIZER_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
 
 
 @dataclass(frozen=True)
@@ -113,8 +122,8 @@ class RunPaths:
         return self.root / "eval"
 
     def spm_model(self, side: str | None = None) -> Path:
-        """side None -> the joint model; 'src'/'tgt' -> a separate model."""
-        return self.root / ("spm.model" if side is None else f"spm.{side}.model")
+        """side None -> the joint model; 'src'/'tgt' -> a separate model (`model_file`)."""
+        return model_file(self.root, side)
 
 
 def create_run_dir(runs_dir: Path, name: str) -> RunPaths:
@@ -197,99 +206,24 @@ def find_latest_run(runs_dir: Path = Path("runs")) -> RunPaths:
     return RunPaths(newest.parent.parent)
 
 
-def check_writable(folder: Path, what: str = "run folders",
-                   fix: str = "choose another with --runs-dir") -> None:
-    """Make `folder` (if needed) and prove a file can be created there, before any work."""
-    folder = Path(folder)
+def read_state(folder: Path) -> dict[str, Any]:
+    """A checkpoint folder's state.json; missing or unreadable is a one-line error, not a
+    traceback (loading a checkpoint, an averaged one's facts)."""
+    path = folder / STATE_FILE
+    if not path.is_file():
+        raise AttncliError(f"{path}: checkpoint state missing")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise AttncliError(f"{folder}: cannot write {what} here ({err.strerror or err}); {fix}"
-                           ) from None
-
-
-class MetricsLog:
-    """Appends one JSON object per event to metrics.jsonl (flushed at once, so a crash keeps it).
-
-    With no path it keeps nothing: what the training processes other than rank 0 write to.
-    `mirror`, when set, gets every record too (the TensorBoard log).
-    """
-
-    def __init__(self, path: Path | None):
-        self.path = Path(path) if path is not None else None
-        self.mirror: Callable[[dict[str, Any]], None] | None = None
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        if self.mirror is not None:
-            self.mirror(record)
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every event; a last line cut short by a kill is left out."""
-        if self.path is None or not self.path.is_file():
-            return []
-        text = self.path.read_text("utf-8")
-        lines = text.splitlines()
-        if lines and not text.endswith("\n"):
-            lines.pop()
-        records = []
-        for number, line in enumerate(lines, 1):
-            if not line:
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise AttncliError(f"{self.path}, line {number}: not a metrics event ({err}); "
-                                   "mend or delete that line") from None
-        return records
-
-    def drop_after(self, step: int) -> int:
-        """Forget events past `step` (a resumed run replays them); returns how many went."""
-        records = self.read()
-        kept = [r for r in records if r.get("step", 0) <= step]
-        if self.path is not None and self.path.is_file():
-            atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                 for r in kept))
-        return len(records) - len(kept)
+        return json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise AttncliError(f"{path}: corrupt checkpoint state ({err})") from None
 
 
 def saved_state(folder: Path) -> dict[str, Any]:
-    """A checkpoint's state.json as saved ({} if unreadable: loading it says what is wrong)."""
+    """`read_state`, or {} where it is missing or unreadable, or not an object: for the
+    decisions a damaged save must not block (pruning, the resume limits), as loading it says
+    what is wrong."""
     try:
-        state = json.loads((folder / "state.json").read_text("utf-8"))
-    except (OSError, ValueError):
+        state = read_state(folder)
+    except (AttncliError, OSError):
         return {}
     return state if isinstance(state, dict) else {}
-
-
-def training_config(config_path: Path | None, overrides: list[str], resume: Path | None,
-                    name: str | None = None) -> tuple[Config, RunPaths | None]:
-    """The config `attncli train` will use, and the run folder when resuming (else None).
-
-    Torch-free on purpose: the CLI calls it before loading the trainer, so a missing or mistyped
-    config, a bad run name, a folder that is not a resumable run, or a change that resuming
-    cannot honour is reported in a blink, before any data is prepared or folder made.
-    """
-    if resume is None and config_path is None:
-        raise AttncliError("give a CONFIG file, or --resume RUN_DIR to continue a run")
-    if resume is not None and config_path is not None:
-        raise AttncliError(f"--resume {resume} continues with that run's own config.yaml: give "
-                           f"no CONFIG ({config_path}); --set changes what a resume may change")
-    if name is not None:
-        check_run_name(name)
-    if resume is None:
-        config, paths = load_config(config_path, overrides), None
-    else:
-        paths = open_run(resume)  # with no checkpoint yet, it trains again from step 0
-        config = load_config(paths.config, overrides)
-        check_resume_changes(load_config(paths.config), config, str(resume))
-        if (last := paths.pointed_steps().get("last")) is not None:
-            check_resume_limits(saved_state(paths.step_dir(last)), config.train, resume)
-    tensorboard_wanted(config.train.tensorboard)  # true without it installed: said now
-    return config, paths

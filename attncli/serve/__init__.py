@@ -1,6 +1,7 @@
 """`attncli serve`: a run behind HTTP, with a page that shows its attention.
 
-One job per module, in the order a request meets them:
+Imports every layer up to `runs` (a trained run, decoded), never `bench`. One job per module,
+in the order a request meets them:
 
     command.py     the CLI command: load the run once, bind, run uvicorn, stop gracefully
     app.py         the ASGI app (Starlette): routes, origin and key checks, errors as JSON

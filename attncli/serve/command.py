@@ -131,8 +131,10 @@ def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path
     """`attncli serve`: see the module doc and `attncli serve --help`."""
     _check_installed()
     _check(max_texts, max_queue, timeout, batch_wait_ms)
-    from attncli.evaluate import load_for_decoding
+    # Imported here, after the checks above: Starlette (an optional dependency) is known to be
+    # installed, and a bad option is said before torch loads (torch-free start-up).
     from attncli.runs.layout import find_latest_run
+    from attncli.runs.trained import load_for_decoding
     from attncli.serve.app import ServeOptions, build_app
     from attncli.serve.batcher import Batcher
     from attncli.serve.requests import Limits

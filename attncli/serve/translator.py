@@ -1,9 +1,10 @@
 """The run's model as the server uses it: tokenize, decode batches, take attention, describe.
 
-Decoding is what `attncli translate` does (`evaluate.encode_sources`, `evaluate.decode_ids`),
-with either engine, so a sentence gets the same translation from the server as from the command
-line with the same settings. Attention is taken after decoding, for the best hypothesis, from
-one teacher-forced pass (`model.attention_maps`): asking for it cannot change the translation.
+Decoding is what `attncli translate` does (`decoding.texts.encode_sources`,
+`runs.trained.decode_ids`), with either engine, so a sentence gets the same translation from the
+server as from the command line with the same settings. Attention is taken after decoding, for
+the best hypothesis, from one teacher-forced pass (`model.attention_maps`): asking for it cannot
+change the translation.
 
 Every torch operation happens in `run_batch` (the decoding thread) or at start-up, in the same
 thread: the event loop's thread only tokenizes and writes JSON (see command.py for why).
@@ -19,11 +20,11 @@ from typing import Any
 import torch
 
 from attncli.decoding.search import Hypothesis
-from attncli.evaluate import decode_ids, decode_precision, encode_sources
+from attncli.decoding.texts import encode_sources
 from attncli.model.attention_maps import attention_maps
 from attncli.model.build import build_model
-from attncli.runs.layout import MetricsLog
-from attncli.runs.trained import TrainedModel
+from attncli.runs.metrics import MetricsLog
+from attncli.runs.trained import TrainedModel, decode_ids, decode_precision
 
 # Decimal places of attention weights in responses: 0.1 % steps, a third of the bytes of full
 # floats, and more than the page's colours or the terminal's percentages show.

@@ -1,15 +1,23 @@
-"""Training, one job per module. Read `trainer.py` first: the loop that ties the others.
+"""training: `attncli train`, one job per module. Read `trainer.py` first: the loop that ties
+the others.
 
-- `command.py`     `attncli train`: one process or one of several; exit codes for signals
-- `prepare.py`     a run's data (tokenizer, token caches) and run folder, and the banner
-- `feed.py`        the updates in training order from a saved position, worker-fed
-- `optim.py`       AdamW, the learning-rate schedule, what a resume may change
-- `step.py`        one update: forward, loss, backward, clip, step (skipped on the device
-                   when the gradient is not finite)
-- `figures.py`     the updates' loss and norm read from the device in groups; log lines
-- `validate.py`    validation loss (no gradients) and greedy BLEU
-- `checkpointing.py`  the run's position and history; saving and resuming them with RNG
-- `stops.py`       signals turned into a stop between updates, and the training clock
-- `averaging.py`   at the end, the mean of the last saves, kept if it validates better
-- `trainer.py`     the loop: update, log, validate, save, stop
+Imports `core`, `data`, `model`, `decoding` (validation BLEU) and `runs`. Modules, in reading
+order:
+
+- `command.py`       `attncli train`: one process or one of several; exit codes for signals
+- `preflight.py`     what `attncli train` checks before torch loads (torch-free)
+- `resume_rules.py`  what a resume may change in a run's config; what validation scores with
+- `distributed.py`   several processes (torchrun): who writes, each one's share, agreed stops
+- `prepare.py`       a run's data (tokenizer, token caches) and run folder, and the banner
+- `feed.py`          the updates in training order from a saved position, worker-fed
+- `optim.py`         AdamW, the learning-rate schedule, what a resume may change
+- `step.py`          one update: forward, loss, backward, clip, step (skipped on the device
+                     when the gradient is not finite)
+- `figures.py`       the updates' loss and norm read from the device in groups; log lines
+- `tensorboard.py`   the metrics (and `train.examples`) in TensorBoard, when asked
+- `validate.py`      validation loss (no gradients) and greedy BLEU
+- `checkpointing.py` the run's position and history; saving and resuming them with RNG
+- `stops.py`         signals turned into a stop between updates, and the training clock
+- `averaging.py`     at the end, the mean of the last saves, kept if it validates better
+- `trainer.py`       the loop: update, log, validate, save, stop
 """

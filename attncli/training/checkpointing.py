@@ -2,7 +2,7 @@
 
 What state.json holds beside the checkpoint's own bookkeeping: `RunState`'s fields, how
 batches were cut, each process's RNG state, and the schedule. Weights and optimizer tensors
-go to safetensors (see `checkpoint.py`); nothing here is pickled.
+go to safetensors (see `runs/checkpoints.py`); nothing here is pickled.
 """
 
 from __future__ import annotations
@@ -17,10 +17,16 @@ from torch import nn
 from attncli.core.config import TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.data.batching import BATCHING
-from attncli.runs.checkpoint_state import rng_state, set_rng_state
-from attncli.runs.checkpoints import checkpoint_dir, load_checkpoint, save_checkpoint
+from attncli.runs.checkpoints import (
+    checkpoint_dir,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from attncli.runs.layout import RunPaths
 from attncli.training.distributed import World
+from attncli.training.optim import apply_optimizer_settings
 
 
 @dataclass
@@ -98,8 +104,6 @@ def resume_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimiz
     The saved pad_multiple wins over this machine's `auto`: the data position indexes batches
     cut with it.
     """
-    from attncli.training.optim import apply_optimizer_settings
-
     folder = checkpoint_dir(paths, "last")
     saved = load_checkpoint(folder, model, optimizer, fingerprint)
     if saved.get("batching") != BATCHING:

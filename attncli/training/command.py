@@ -1,6 +1,6 @@
 """`attncli train`: one run, in this process alone or as one of several started by torchrun.
 
-``config`` and ``resumed`` come from ``runs.training_config``, which the CLI calls before
+``config`` and ``resumed`` come from ``preflight.training_config``, which the CLI calls before
 importing this module (and torch), so a bad config or a refused resume fails at once.
 """
 

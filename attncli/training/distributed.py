@@ -3,7 +3,7 @@ share of an update, and the decisions every process must take together.
 
     torchrun --nproc_per_node 2 -m attncli train configs/small.yaml    # or: train --nproc 2
 
-Every process builds the same batch order from the seed (see `batching.token_batches`). An
+Every process builds the same batch order from the seed (see `data.batching.token_batches`). An
 update is `train.accum_steps` consecutive batches of that one global stream; process r trains on
 batches r, r + N, r + 2N, ... of it and DistributedDataParallel sums the gradients, so an update
 holds the same tokens whatever the number of processes, and the saved data position (epoch,
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from attncli.core.device import requested_device, resolve_device, use_device
 from attncli.core.errors import LAUNCHER_ENV, PEER_FAILED_EXIT, AttncliError, PeerFailed
 
 T = TypeVar("T")
@@ -109,8 +110,6 @@ def _device_for_ranks(device_name: str) -> torch.device:
     each process turns into the GPU of its LOCAL_RANK (an explicit cuda:N would put every
     process on the same GPU, so it is refused). Checked without using a GPU, so that the
     ``--nproc`` launcher can call it too."""
-    from attncli.core.device import requested_device
-
     if device_name not in ("auto", "cpu", "cuda"):
         raise AttncliError(f"--device {device_name}: under torchrun each process takes the GPU "
                            f"of its LOCAL_RANK; use --device cuda (or cpu, or auto)")
@@ -124,8 +123,6 @@ def _training_device(device_name: str, local_rank: int) -> torch.device:
     resolving a bare 'cuda' first (to the current device, cuda:0) would give every process a
     CUDA context on GPU 0 as well, hundreds of MiB each, beside rank 0's work.
     """
-    from attncli.core.device import use_device
-
     if _device_for_ranks(device_name).type == "cpu":
         return torch.device("cpu")
     if local_rank >= torch.cuda.device_count():
@@ -138,8 +135,6 @@ def _training_device(device_name: str, local_rank: int) -> torch.device:
 def start(device_name: str) -> tuple[World, torch.device]:
     """Join the process group torchrun set up (NCCL on CUDA, gloo on CPU); the device this
     process trains on. Without torchrun: a world of one and the `--device` asked for."""
-    from attncli.core.device import resolve_device
-
     if not launched_by_torchrun():
         return World(), resolve_device(device_name)
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -10,7 +10,7 @@ import torch
 
 from attncli.core.config import TrainConfig
 from attncli.core.console import Reporter
-from attncli.runs.layout import MetricsLog
+from attncli.runs.metrics import MetricsLog
 from attncli.training.distributed import World
 from attncli.training.step import StepStats
 from attncli.training.stops import Stopwatch

@@ -15,10 +15,11 @@ import torch
 
 from attncli.core.config_files import save_config
 from attncli.core.errors import AttncliError
+from attncli.core.files import check_writable
 from attncli.data.batching import padding_share
 from attncli.data.corpus import prepare_training_data
 from attncli.data.tokenizer import install_models, model_sides, run_models
-from attncli.runs.layout import RunPaths, check_writable, create_run_dir, default_run_name
+from attncli.runs.layout import RunPaths, create_run_dir, default_run_name
 from attncli.training.distributed import World
 
 

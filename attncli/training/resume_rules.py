@@ -1,4 +1,4 @@
-"""What `attncli train --resume` may change in a run's config, and the model's fingerprint.
+"""What `attncli train --resume` may change in a run's config, and what validation scores with.
 
 Every key outside `RESUME_MAY_CHANGE` is fixed by what the run has on disk: the weights'
 shapes, the tokenizer, or the data order (the saved position indexes one batch list).
@@ -6,18 +6,17 @@ shapes, the tokenizer, or the data order (the saved position indexes one batch l
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
-from attncli.core.config import Config, ModelConfig, TrainConfig
+from attncli.core.config import WEIGHTLESS_MODEL_KEYS, Config, TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.core.text import language_subtag
+from attncli.decoding.scoring import bleu_tokenizer
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
     "tokenizer": frozenset({"sample_size", "sample_bytes"}),  # the run's own tokenizer is loaded
-    "model": frozenset({"dropout", "attention_dropout", "attention"}),
+    "model": WEIGHTLESS_MODEL_KEYS,  # dropout and the attention kernel: not the weights' shapes
     "train": frozenset({
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
         "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
@@ -110,8 +109,6 @@ VALIDATION_KEYS = (("data", "valid_limit"), ("data", "val"), ("decode", "max_len
 def validation_settings(config: Config) -> dict[str, Any]:
     """What validation scores with, 'section.key' -> value; each save records them beside the
     best BLEU they gave."""
-    from attncli.evaluate import bleu_tokenizer  # here: evaluate imports this module's users
-
     values = config.to_dict()
     settings = {f"{section}.{key}": values[section][key] for section, key in VALIDATION_KEYS}
     return {**settings, "bleu.tokenize": bleu_tokenizer(config.data.tgt)}
@@ -130,14 +127,5 @@ def validation_changes(recorded: dict[str, Any], wanted: Config) -> list[str]:
 def _former_bleu_tokenizer(tgt: str) -> str:
     """The sacreBLEU tokenizer of saves that did not record one: CJK targets were known by
     their two-letter codes only (Tatoeba's `cmn` was scored with 13a)."""
-    from attncli.evaluate import bleu_tokenizer
-
     base = language_subtag(tgt)
     return bleu_tokenizer(base) if base in ("zh", "ja", "ko") else "13a"
-
-
-def model_fingerprint(model: ModelConfig) -> str:
-    """A short hash of what shapes the weights (keys that --resume may change are left out)."""
-    free = RESUME_MAY_CHANGE["model"] or frozenset()
-    shape = {k: v for k, v in model.model_dump(mode="json").items() if k not in free}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]

@@ -19,8 +19,9 @@ from attncli.core.errors import AttncliError
 from attncli.core.plots import plot_curves
 from attncli.data.batching import resolve_workers
 from attncli.data.subwords import SubwordSampler
-from attncli.model.build import build_model
-from attncli.runs.layout import MetricsLog, RunPaths
+from attncli.model.build import build_model, model_fingerprint
+from attncli.runs.layout import RunPaths
+from attncli.runs.metrics import MetricsLog
 from attncli.training.averaging import average_at_end
 from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
 from attncli.training.distributed import World, loss_module
@@ -31,7 +32,6 @@ from attncli.training.resume_rules import (
     check_fixed_settings,
     fixed_settings,
     limit_reached,
-    model_fingerprint,
     validation_settings,
 )
 from attncli.training.step import compile_loss, train_step

@@ -12,11 +12,13 @@ import torch
 from torch import nn
 
 from attncli.core.device import autocast, compute_dtype, resolve_decode_precision
+from attncli.core.text import PAD_ID
 from attncli.data.batching import token_batches
-from attncli.data.tokenizer import PAD_ID
+from attncli.decoding.scoring import corpus_scores
+from attncli.decoding.texts import translate_texts
 from attncli.model.build import build_model
-from attncli.runs.checkpoint_state import load_state_dict_strictly, read_tensors
-from attncli.runs.checkpoints import MODEL_FILE
+from attncli.runs.checkpoints import load_state_dict_strictly, read_tensors
+from attncli.runs.layout import MODEL_FILE
 from attncli.training.distributed import World
 
 
@@ -84,8 +86,6 @@ class Validator:
         settings (``decode.no_repeat_ngram_size`` included), so that `best` is chosen as it is
         scored: blocking changes which checkpoint's outputs read best, most of all early on,
         when a model still repeats itself; each process decodes its share."""
-        from attncli.evaluate import corpus_scores, translate_texts
-
         self.model.eval()
         precision = resolve_decode_precision(self.config.train.precision, self.device)
         results = translate_texts(self.model, self.tokenizer, self.world.share(self.src),
@@ -101,8 +101,6 @@ def translate_examples(config, model: nn.Module, tokenizer, device: torch.device
     """`train.examples` translated as `attncli translate` would (decode.beam and the decode
     settings, eval's precision). No random number is drawn (the model is in eval mode and the
     search is deterministic), so a run's loss curve is the same with and without examples."""
-    from attncli.evaluate import translate_texts
-
     model.eval()
     precision = resolve_decode_precision(config.train.precision, device)
     found = translate_texts(model, tokenizer, config.train.examples, config.decode,

@@ -1,0 +1,66 @@
+"""Texts in, hypotheses out: sources encoded to fit the model, then decoded by `search`.
+
+What `attncli translate`, `eval`, `serve` and validation while training share before the
+search: each source is cut to the model's positions (with a warning hook), ends in EOS, and
+goes to `search.translate_ids`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from attncli.core.config import DecodeConfig
+from attncli.core.text import EOS_ID
+from attncli.data.tokenizer import Tokenizer
+from attncli.decoding.search import Hypothesis, translate_ids
+from attncli.model.transformer import Seq2SeqTransformer
+
+# Positions kept free when a long source is cut: the model never saw sources near the limit,
+# and a few spare positions cost nothing.
+SOURCE_MARGIN = 8
+
+# Called for each source that was cut: (index in the input, its subwords, the subwords kept;
+# the EOS every source ends with is not counted).
+TruncateHook = Callable[[int, int, int], None]
+
+
+def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: int,
+                   on_truncate: TruncateHook | None = None) -> list[list[int]]:
+    """Source ids ending in EOS, each cut to fit the model's positions (minus a margin)."""
+    kept = source_subword_limit(max_positions)
+    ids = tokenizer.encode_src(texts)
+    for i, seq in enumerate(ids):
+        if len(seq) > kept + 1:
+            ids[i] = [*seq[:kept], EOS_ID]
+            if on_truncate is not None:
+                on_truncate(i, len(seq) - 1, kept)
+    return ids
+
+
+def source_subword_limit(max_positions: int) -> int:
+    """The most subwords of a source that are translated (then its EOS)."""
+    return max(max_positions - SOURCE_MARGIN, 2) - 1
+
+
+def translate_texts(
+    model: Seq2SeqTransformer,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    cfg: DecodeConfig,
+    beam: int,
+    nbest: int,
+    device: torch.device | str,
+    need_attention: bool = False,
+    on_truncate: TruncateHook | None = None,
+    progress: Callable[[int], None] | None = None,
+    precision: str = "fp32",
+) -> list[list[Hypothesis]]:
+    """Tokenize, decode (greedy when ``beam == 1``) and return ``nbest`` hypotheses per text.
+
+    Detokenize a hypothesis with ``tokenizer.decode_tgt(h.tokens)``.
+    """
+    src_ids = encode_sources(tokenizer, texts, model.cfg.max_positions, on_truncate)
+    return translate_ids(model, src_ids, cfg, beam, nbest, device, need_attention, progress,
+                         precision)
