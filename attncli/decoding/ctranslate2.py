@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,12 +31,16 @@ from attncli.core.errors import AttncliError
 from attncli.core.text import BOS_ID, PAD_ID
 from attncli.decoding.search import Hypothesis, SentenceDone
 
+if TYPE_CHECKING:  # for the hints only
+    import sentencepiece as spm
+
 DEFAULT_FOLDER = "ctranslate2"  # under the run folder
 METADATA = "attncli.json"  # what was exported, beside CTranslate2's files
 INSTALL_HINT = "CTranslate2 is not installed: pip install 'attncli[ct2]' (or ctranslate2>=4)"
 
 
-def import_ctranslate2():
+def import_ctranslate2() -> ModuleType:
+    """The `ctranslate2` package, or a one-line error naming the extra to install."""
     try:
         import ctranslate2
     except ImportError:
@@ -83,7 +88,8 @@ def _feed_forward(spec, ff, norm: torch.nn.LayerNorm) -> None:
     _linear(spec.linear_1, second.weight, second.bias)
 
 
-def pieces(processor) -> list[str]:
+def pieces(processor: spm.SentencePieceProcessor) -> list[str]:
+    """A vocabulary's pieces by id, as CTranslate2's vocabulary files list them."""
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
