@@ -341,7 +341,7 @@ def test_a_live_run_is_not_resumed_by_a_second_process(runs, data_dir):
     run = _copy(runs, "live")
     with run_lock(RunPaths(run)):  # as the training process holds it
         refused = resume(data_dir, run, "train.max_steps=8")
-        assert_one_line_error(refused, "in use by another `attncli train` (PID ")
+        assert_one_line_error(refused, "in use by another `attncli train` (it holds ")
     assert pointers(run)["last"] == "step-6"
     again = resume(data_dir, run, "train.max_steps=8")
     assert again.returncode == 0, again.stderr

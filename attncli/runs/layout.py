@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from attncli.core.errors import AttncliError
 from attncli.data.tokenizer import model_file
@@ -146,26 +146,21 @@ def create_run_dir(runs_dir: Path, name: str) -> RunPaths:
 def run_lock(paths: RunPaths) -> Iterator[None]:
     """Hold the run folder for this training process: a second `attncli train --resume` of a
     live run is refused (it loaded the other's older save, dropped its newer metrics, and
-    collided with it at a save). An advisory lock, released when the process ends however it
-    ends; where `fcntl` is missing (Windows), nothing is held."""
+    collided with it at a save). `filelock`'s lock on RUN/.train.lock: the operating system
+    releases it when the process ends however it ends, so a killed run never leaves it held,
+    and it holds on Windows too."""
+    lock = filelock.FileLock(paths.root / ".train.lock", timeout=0)
     try:
-        import fcntl
-    except ImportError:
+        lock.acquire()
+    except filelock.Timeout:
+        raise AttncliError(
+            f"{paths.root}: in use by another `attncli train` (it holds "
+            f"{paths.root / '.train.lock'}; `lsof` on that file names the process); resume "
+            "it once that one has ended") from None
+    try:
         yield
-        return
-    with open(paths.root / ".train.lock", "a+", encoding="utf-8") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise AttncliError(f"{paths.root}: in use by another `attncli train` ({holder}); "
-                               "resume it once that one has ended") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"PID {os.getpid()} on {socket.gethostname()}")
-        f.flush()
-        yield
+    finally:
+        lock.release()
 
 
 def check_run_name(name: str) -> None:
