@@ -27,4 +27,4 @@ tests/test_import_layers.py that no modules import each other in a cycle. Each p
 docstring lists its modules in reading order; docs/architecture.md says where things live.
 """
 
-__version__ = "0.5.0.dev0"  # 0.5, not released yet: the README's "Changed in 0.5" is this
+__version__ = "0.6.0.dev0"  # 0.6, not released yet: the README's "Changed in 0.6" is this
