@@ -12,6 +12,7 @@ from attncli.core.config import WEIGHTLESS_MODEL_KEYS, Config, TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.core.text import language_subtag
 from attncli.decoding.scoring import bleu_tokenizer
+from attncli.training.stops import StopReason
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
@@ -75,15 +76,16 @@ def check_fixed_settings(recorded: dict[str, Any], now: dict[str, Any], folder: 
                 f"back, or start a new run")
 
 
-def limit_reached(train: TrainConfig, step: int, epoch: int, elapsed: float) -> str | None:
+def limit_reached(train: TrainConfig, step: int, epoch: int, elapsed: float
+                  ) -> StopReason | None:
     """The first of train.max_steps / max_epochs / max_minutes that a run at (step, epoch,
     training seconds) has reached, if any."""
     if train.max_steps is not None and step >= train.max_steps:
-        return "max_steps"
+        return StopReason.MAX_STEPS
     if train.max_epochs is not None and epoch >= train.max_epochs:
-        return "max_epochs"
+        return StopReason.MAX_EPOCHS
     if train.max_minutes is not None and elapsed >= train.max_minutes * 60:
-        return "max_minutes"
+        return StopReason.MAX_MINUTES
     return None
 
 
@@ -93,12 +95,14 @@ def check_resume_limits(saved: dict[str, Any], train: TrainConfig, run: object) 
     validation interval and stop again."""
     step = saved.get("step", 0)
     reached = limit_reached(train, step, saved.get("epoch", 0), saved.get("elapsed_s", 0.0))
-    if reached is None and train.patience is not None:
-        reached = "patience" if saved.get("bad_validations", 0) >= train.patience else None
-    if reached:
+    if (reached is None and train.patience is not None
+            and saved.get("bad_validations", 0) >= train.patience):
+        reached = StopReason.PATIENCE
+    if reached:  # each reason is named as its train. key
+        key = reached.value
         raise AttncliError(
-            f"{run}: train.{reached} ({getattr(train, reached)}) is reached already at step "
-            f"{step}; raise it to train on (--set train.{reached}=...)")
+            f"{run}: train.{key} ({getattr(train, key)}) is reached already at step "
+            f"{step}; raise it to train on (--set train.{key}=...)")
 
 
 # What greedy validation BLEU depends on beside the weights: the pairs and the search's limits.

@@ -1,8 +1,10 @@
-"""Stopping between updates: signals turned into a flag, and the clock `max_minutes` reads."""
+"""Stopping between updates: why a run stops, signals turned into a flag, and the clock
+`max_minutes` reads."""
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import signal
 import sys
 import time
@@ -11,6 +13,40 @@ from collections.abc import Iterator
 # Under a launcher, how soon after a signal its forwarded copy arrives at the latest (it comes
 # within milliseconds; a person's second Ctrl-C comes later).
 SIGNAL_ECHO_S = 2.0
+
+
+class StopReason(str, enum.Enum):
+    """Why a run stops after an update. Each value is the text that log lines and error
+    messages print ("stopped at step 40 (max_steps)") and that a limit's config key is named
+    by, so it is a `str` and prints as its value (`enum.StrEnum` needs Python 3.11).
+
+    - MAX_STEPS, MAX_EPOCHS, MAX_MINUTES: that `train.` limit is reached; the run is at its
+      end: validated and saved there, and an extension (`--resume --set train.max_...`) goes on.
+    - PATIENCE: `train.patience` validations in a row did not improve the best BLEU; the run is
+      at its end, as at a limit.
+    - SIGNAL: SIGINT or SIGTERM asked the run to stop; it saves and can be resumed (exit 130 or
+      143), its end work (end validation, averaging) not done.
+    - NONFINITE: `train.max_nonfinite_updates` updates in a row were non-finite; nothing is
+      saved and the run ends with an error.
+    """
+
+    MAX_STEPS = "max_steps"
+    MAX_EPOCHS = "max_epochs"
+    MAX_MINUTES = "max_minutes"
+    PATIENCE = "patience"
+    SIGNAL = "signal"
+    NONFINITE = "nonfinite"
+
+    def __str__(self) -> str:  # the value, as before the Enum, on every Python version
+        return self.value
+
+    def __format__(self, spec: str) -> str:  # f-strings: 3.12 would print "StopReason.X"
+        return format(self.value, spec)
+
+    @property
+    def completes(self) -> bool:
+        """Whether the run is at its end (a limit or patience): its end work is due."""
+        return self not in (StopReason.SIGNAL, StopReason.NONFINITE)
 
 
 class StopSignal:

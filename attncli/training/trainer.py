@@ -35,7 +35,7 @@ from attncli.training.resume_rules import (
     validation_settings,
 )
 from attncli.training.step import compile_loss, train_step
-from attncli.training.stops import SIGNAL_ECHO_S, StopSignal, Stopwatch
+from attncli.training.stops import SIGNAL_ECHO_S, StopReason, StopSignal, Stopwatch
 from attncli.training.validate import Validator, translate_examples
 
 
@@ -176,63 +176,65 @@ class Trainer:
             state.elapsed = self.clock.seconds()
             return self._finish(reason, stop)
 
-    def limit_reached(self) -> str | None:
+    def limit_reached(self) -> StopReason | None:
         """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
         return limit_reached(self.cfg, self.state.step, self.state.epoch, self.state.elapsed)
 
-    def _agreed_stop(self, stop: StopSignal) -> str | None:
+    def _agreed_stop(self, stop: StopSignal) -> StopReason | None:
         """A signal or a limit, the same on every process (their clocks differ a little, and a
         signal may reach only some). A limit reached by the same update wins: the run is at its
         end, which `_finish` completes with the signal held (else the save would be a run that
         can neither train on nor have its end work done)."""
         reason = self.limit_reached()
-        signal, late = self.world.any_of([stop.name is not None, reason == "max_minutes"])
+        signal, late = self.world.any_of([stop.name is not None,
+                                          reason is StopReason.MAX_MINUTES])
         if late and reason is None:
-            reason = "max_minutes"
-        return "signal" if signal and reason is None else reason
+            reason = StopReason.MAX_MINUTES
+        return StopReason.SIGNAL if signal and reason is None else reason
 
     def _signalled(self, stop: StopSignal) -> bool:
         """Whether a signal reached any process (a collective: every process asks at once)."""
         return self.world.any_of([stop.name is not None])[0]
 
-    def _read_due(self, reason: str | None) -> bool:
+    def _read_due(self, reason: StopReason | None) -> bool:
         cfg, step = self.cfg, self.state.step
         return (reason is not None or step % cfg.log_every == 0 or step % cfg.eval_every == 0
                 or bool(cfg.save_every and step % cfg.save_every == 0))
 
-    def _checkpoint_duties(self, reason: str | None, stop: StopSignal) -> str | None:
+    def _checkpoint_duties(self, reason: StopReason | None, stop: StopSignal
+                           ) -> StopReason | None:
         """Validate and save when due; why to stop after this update (None: go on).
 
         A signal stop still validates a step that is due (a resume starts after it, so its
         validation would be lost for good); a signal that came during the duties stops the run
         before another update."""
         if self.figures.nonfinite_stop is not None:
-            return "nonfinite"
-        if reason not in (None, "signal") or self.figures.nonfinite_in_row:
+            return StopReason.NONFINITE
+        if reason not in (None, StopReason.SIGNAL) or self.figures.nonfinite_in_row:
             # During a run of skipped updates the weights are those that gave non-finite
             # ones: neither scored nor saved (a save would become `last` and prune good ones).
             return reason
         step = self.state.step
         if step % self.cfg.eval_every == 0:
             if self.validate():  # wins over a signal, as a limit does (see `_agreed_stop`)
-                reason = "patience"
+                reason = StopReason.PATIENCE
             self.save()
         elif self.cfg.save_every and step % self.cfg.save_every == 0:
             self.save()
         else:
             return reason
-        return "signal" if reason is None and self._signalled(stop) else reason
+        return StopReason.SIGNAL if reason is None and self._signalled(stop) else reason
 
-    def _finish(self, reason: str, stop: StopSignal) -> str | None:
+    def _finish(self, reason: StopReason, stop: StopSignal) -> str | None:
         """Validate and save at the end (and average the last saves, `train.average_last`); a
         non-finite stop saves nothing and is an error.
 
         Still under `stop`: a signal during this end work is held until it is done (a second
         one stops at once, as during training), so the run ends whole, with exit 0.
         """
-        if reason == "nonfinite" or self.figures.nonfinite_in_row:
+        if reason is StopReason.NONFINITE or self.figures.nonfinite_in_row:
             self._refuse_nonfinite_weights(reason)
-        if reason == "signal":
+        if reason is StopReason.SIGNAL:
             self.save("interrupted")  # a no-op where this step was saved as due
             return stop.name or "SIGTERM"  # the signal reached another process
         step = self.state.step
@@ -241,8 +243,8 @@ class Trainer:
                 self.state.before_end = self._decisions()
             self.validate()
         self.save(None if self._save_due(step) else "off_schedule")
-        self.reporter.line(f"stopped at step {self.state.step} ({reason}); best greedy val BLEU "
-                           f"{self.state.best_bleu:.2f}; run folder {self.paths.root}")
+        self.reporter.line(f"stopped at step {self.state.step} ({reason.value}); best greedy "
+                           f"val BLEU {self.state.best_bleu:.2f}; run folder {self.paths.root}")
         if self.cfg.average_last and self.world.primary:
             self.reporter.line(average_at_end(self))
         if stop.name is not None:
@@ -250,15 +252,15 @@ class Trainer:
                                f"save, averaging) was finished first")
         return None
 
-    def _refuse_nonfinite_weights(self, reason: str) -> None:
+    def _refuse_nonfinite_weights(self, reason: StopReason) -> None:
         """End without saving: the weights gave the last updates non-finite figures."""
         last = self.paths.read_pointers().get("last", "none saved yet")
         figures = self.figures
         why = (f"update {figures.nonfinite_stop}: {self.cfg.max_nonfinite_updates} non-finite "
                f"updates in a row, each skipped (train.max_nonfinite_updates)"
-               if reason == "nonfinite" else
-               f"stopped ({reason}) after {figures.nonfinite_in_row} non-finite update(s) in a "
-               "row, each skipped")
+               if reason is StopReason.NONFINITE else
+               f"stopped ({reason.value}) after {figures.nonfinite_in_row} non-finite "
+               "update(s) in a row, each skipped")
         raise AttncliError(
             f"{why}; the weights that gave them were not saved, the last checkpoint ({last}) "
             f"is intact; lower train.lr or raise train.warmup_steps and resume with `attncli "
