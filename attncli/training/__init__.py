@@ -17,7 +17,9 @@ order:
 - `tensorboard.py`   the metrics (and `train.examples`) in TensorBoard, when asked
 - `validate.py`      validation loss (no gradients) and greedy BLEU
 - `checkpointing.py` the run's position and history; saving and resuming them with RNG
-- `stops.py`         signals turned into a stop between updates, and the training clock
+- `stops.py`         why a run stops (`StopReason`), signals turned into a stop between
+                     updates, and the training clock
+- `schedule.py`      what is due after an update (log, validate, save) and what a stop adds
 - `averaging.py`     at the end, the mean of the last saves, kept if it validates better
 - `trainer.py`       the loop: update, log, validate, save, stop
 """

@@ -12,6 +12,7 @@ from attncli.core.config import TrainConfig
 from attncli.core.console import Reporter
 from attncli.runs.metrics import MetricsLog
 from attncli.training.distributed import World
+from attncli.training.schedule import due
 from attncli.training.step import StepStats
 from attncli.training.stops import Stopwatch
 
@@ -68,7 +69,7 @@ class UpdateFigures:
             else:
                 self._skipped(at, epoch, loss, norm)
         self.pending.clear()
-        if step % self.cfg.log_every == 0:
+        if due(self.cfg, step).log:
             self._log_window(step, epoch)
 
     def _skipped(self, step: int, epoch: int, loss: float, grad_norm: float) -> None:

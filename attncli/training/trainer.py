@@ -34,6 +34,7 @@ from attncli.training.resume_rules import (
     limit_reached,
     validation_settings,
 )
+from attncli.training.schedule import due
 from attncli.training.step import compile_loss, train_step
 from attncli.training.stops import SIGNAL_ECHO_S, StopReason, StopSignal, Stopwatch
 from attncli.training.validate import Validator, translate_examples
@@ -166,7 +167,7 @@ class Trainer:
                 self.figures.add(state.step, lr, stats)
                 state.elapsed = self.clock.seconds()
                 reason = self._agreed_stop(stop)
-                if self._read_due(reason):
+                if due(cfg, state.step, reason).read:
                     self.figures.read(state.step, self.trained_epoch)
                 self.reporter.step(state.step, self.figures.shown)
                 with self.clock.paused():  # validation and saving are not training time
@@ -196,14 +197,10 @@ class Trainer:
         """Whether a signal reached any process (a collective: every process asks at once)."""
         return self.world.any_of([stop.name is not None])[0]
 
-    def _read_due(self, reason: StopReason | None) -> bool:
-        cfg, step = self.cfg, self.state.step
-        return (reason is not None or step % cfg.log_every == 0 or step % cfg.eval_every == 0
-                or bool(cfg.save_every and step % cfg.save_every == 0))
-
     def _checkpoint_duties(self, reason: StopReason | None, stop: StopSignal
                            ) -> StopReason | None:
-        """Validate and save when due; why to stop after this update (None: go on).
+        """Validate and save when the schedule says (`schedule.due`); why to stop after this
+        update (None: go on).
 
         A signal stop still validates a step that is due (a resume starts after it, so its
         validation would be lost for good); a signal that came during the duties stops the run
@@ -214,15 +211,12 @@ class Trainer:
             # During a run of skipped updates the weights are those that gave non-finite
             # ones: neither scored nor saved (a save would become `last` and prune good ones).
             return reason
-        step = self.state.step
-        if step % self.cfg.eval_every == 0:
-            if self.validate():  # wins over a signal, as a limit does (see `_agreed_stop`)
-                reason = StopReason.PATIENCE
-            self.save()
-        elif self.cfg.save_every and step % self.cfg.save_every == 0:
-            self.save()
-        else:
+        scheduled = due(self.cfg, self.state.step)
+        if not scheduled.checkpoint:
             return reason
+        if scheduled.validate and self.validate():
+            reason = StopReason.PATIENCE  # wins over a signal, as a limit does (`_agreed_stop`)
+        self.save()
         return StopReason.SIGNAL if reason is None and self._signalled(stop) else reason
 
     def _finish(self, reason: StopReason, stop: StopSignal) -> str | None:
@@ -234,15 +228,15 @@ class Trainer:
         """
         if reason is StopReason.NONFINITE or self.figures.nonfinite_in_row:
             self._refuse_nonfinite_weights(reason)
+        end = due(self.cfg, self.state.step, reason)
         if reason is StopReason.SIGNAL:
-            self.save("interrupted")  # a no-op where this step was saved as due
+            self.save(end.end_save)  # a no-op where this step was saved as due
             return stop.name or "SIGTERM"  # the signal reached another process
-        step = self.state.step
-        if self.state.last_validated != step:
-            if step % self.cfg.eval_every:  # not scheduled: a run extended later forgets it
+        if self.state.last_validated != self.state.step:  # patience validated it already
+            if end.end_validate:  # not scheduled: a run extended later forgets it
                 self.state.before_end = self._decisions()
             self.validate()
-        self.save(None if self._save_due(step) else "off_schedule")
+        self.save(end.end_save)
         self.reporter.line(f"stopped at step {self.state.step} ({reason.value}); best greedy "
                            f"val BLEU {self.state.best_bleu:.2f}; run folder {self.paths.root}")
         if self.cfg.average_last and self.world.primary:
@@ -300,11 +294,6 @@ class Trainer:
                             "examples": [{"source": src, "output": out} for src, out in pairs]})
         for number, (src, out) in enumerate(pairs, 1):
             self.reporter.line(f"  example {number}: {src}\n          -> {out}")
-
-    def _save_due(self, step: int) -> bool:
-        """Whether the schedule saves at `step` (eval_every, save_every)."""
-        cfg = self.cfg
-        return step % cfg.eval_every == 0 or bool(cfg.save_every and step % cfg.save_every == 0)
 
     def _decisions(self) -> dict:
         """What validations decide by: best so far, and patience's count."""
