@@ -61,7 +61,7 @@ def _cut_back(run: Path, step: int) -> None:
 
 def _subprocess_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a subprocess run; its thread count is this process's, since a curve
-    is only exact on the same threads (see Trainer._say_if_threads_changed)."""
+    is only exact on the same threads (see training/extension.threads_notice)."""
     return {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO),
             "OMP_NUM_THREADS": str(torch.get_num_threads()), **extra}
 

@@ -17,6 +17,8 @@ order:
 - `tensorboard.py`   the metrics (and `train.examples`) in TensorBoard, when asked
 - `validate.py`      validation loss (no gradients) and greedy BLEU
 - `checkpointing.py` the run's position and history; saving and resuming them with RNG
+- `extension.py`     the rule that a resumed or extended run equals the uninterrupted one,
+                     stated once, with the checks and notices of a resume
 - `stops.py`         why a run stops (`StopReason`), signals turned into a stop between
                      updates, and the training clock
 - `schedule.py`      what is due after an update (log, validate, save) and what a stop adds

@@ -21,6 +21,7 @@ from attncli.data.tokenizer import tokenizer_from_bytes
 from attncli.runs.layout import RunPaths, run_lock
 from attncli.training import distributed
 from attncli.training.distributed import World
+from attncli.training.extension import forget_end_validation
 from attncli.training.prepare import banner, never_saved, prepare_run
 from attncli.training.resume_rules import validation_changes, validation_settings
 from attncli.training.tensorboard import open_tensorboard
@@ -106,7 +107,7 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     if not from_step_0:
         trainer.metrics.read()  # a damaged line is refused before anything is written
         folder = trainer.resume()
-        if forgotten := trainer.forget_end_validation():
+        if forgotten := forget_end_validation(trainer.state):
             reporter.line(forgotten)
         # scored with: as the checkpoint recorded (a crash after a rescore left config.yaml
         # already rewritten), else as config.yaml says (runs saved before it was recorded)

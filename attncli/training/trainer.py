@@ -25,6 +25,13 @@ from attncli.runs.metrics import MetricsLog
 from attncli.training.averaging import average_at_end
 from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
 from attncli.training.distributed import World, loss_module
+from attncli.training.extension import (
+    check_same_data,
+    decisions_before_end,
+    pad_multiple_notice,
+    processes_notice,
+    threads_notice,
+)
 from attncli.training.feed import UpdateFeed
 from attncli.training.figures import UpdateFigures
 from attncli.training.optim import inverse_sqrt_lr, make_optimizer
@@ -96,52 +103,13 @@ class Trainer:
                                         self.world, self.device, self.fingerprint)
         self.saved_step = self.state.step
         check_fixed_settings(self.state.fixed, self.fixed_settings, folder)
-        self._check_same_data(folder)
-        chosen = self._device_pad_multiple()
-        if chosen != self.state.pad_multiple:
-            self.reporter.line(
-                f"batch lengths stay rounded to multiples of {self.state.pad_multiple}, as "
-                f"this run's batches were cut (this device would choose {chosen}): its data "
-                f"position counts those batches")
-        self._say_if_threads_changed()
-        self._say_if_processes_changed()
+        check_same_data(self.state, self.data_fingerprint, folder)
+        notices = (pad_multiple_notice(self.state, self._device_pad_multiple()),
+                   threads_notice(self.state, self.device),
+                   processes_notice(self.state, self.world.size, self.config.model))
+        for line in filter(None, notices):
+            self.reporter.line(line)
         return folder
-
-    def _check_same_data(self, folder: Path) -> None:
-        """The data position (epoch, batch) indexes batches cut from the training pairs'
-        lengths: on other pairs it would point into other batches, so the resume refuses."""
-        now = self.data_fingerprint
-        if self.state.data and self.state.data != now:
-            raise AttncliError(
-                f"{folder}: this run trained on other data ({self.state.data}; now {now}), so "
-                f"its data position would point into other batches and it cannot resume "
-                f"exactly; resume it with the data it trained on, or start a new run")
-        self.state.data = now
-
-    def _say_if_threads_changed(self) -> None:
-        """On CPU the matrix kernels split their work among the threads, and for some shapes
-        their rounding follows the split: with another thread count the resumed curve leaves
-        the uninterrupted one in the last digits. Said, not refused: the run is still sound."""
-        threads = torch.get_num_threads()
-        if self.device.type == "cpu" and self.state.threads not in (0, threads):
-            self.reporter.line(
-                f"this run saved with {self.state.threads} CPU threads and resumes with "
-                f"{threads}: its losses will differ from an uninterrupted run's in the last "
-                f"digits (train.threads sets the count)")
-        self.state.threads = threads
-
-    def _say_if_processes_changed(self) -> None:
-        """Each process draws dropout masks of its own (seeded by its rank) for its share of an
-        update, so on another count of processes the resumed curve is another curve: said, as
-        the run is still sound and resumes where it stopped."""
-        processes, model = self.world.size, self.config.model
-        dropout = model.dropout or model.attention_dropout  # without it the curve is the same
-        if dropout and self.state.processes not in (0, processes):
-            self.reporter.line(
-                f"this run saved with {self.state.processes} training process(es) and resumes "
-                f"with {processes}: its losses will not follow an uninterrupted run's (resume "
-                f"with --nproc {self.state.processes} for that)")
-        self.state.processes = processes
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -234,7 +202,7 @@ class Trainer:
             return stop.name or "SIGTERM"  # the signal reached another process
         if self.state.last_validated != self.state.step:  # patience validated it already
             if end.end_validate:  # not scheduled: a run extended later forgets it
-                self.state.before_end = self._decisions()
+                self.state.before_end = decisions_before_end(self.state)
             self.validate()
         self.save(end.end_save)
         self.reporter.line(f"stopped at step {self.state.step} ({reason.value}); best greedy "
@@ -294,27 +262,6 @@ class Trainer:
                             "examples": [{"source": src, "output": out} for src, out in pairs]})
         for number, (src, out) in enumerate(pairs, 1):
             self.reporter.line(f"  example {number}: {src}\n          -> {out}")
-
-    def _decisions(self) -> dict:
-        """What validations decide by: best so far, and patience's count."""
-        state = self.state
-        return {"best_bleu": state.best_bleu, "best_step": state.best_step,
-                "bad_validations": state.bad_validations}
-
-    def forget_end_validation(self) -> str | None:
-        """On a resume from a run that ended at a limit between scheduled validations: best
-        and patience as the scheduled validations left them (the end validation scored the
-        run's last weights for that end; an uninterrupted run would not have made it, and it
-        would stop an extension early on patience or change its best and its average). The
-        log line, when there was one to forget."""
-        state, before = self.state, self.state.before_end
-        if not before:
-            return None
-        state.best_bleu, state.best_step = before["best_bleu"], before["best_step"]
-        state.bad_validations, state.before_end = before["bad_validations"], {}
-        best = "none yet" if state.best_step is None else f"step-{state.best_step}"
-        return (f"the validation at step {state.step}, made because the run ended there, does "
-                f"not count on: best ({best}) and patience go on from the scheduled validations")
 
     def save(self, between: str | None = None) -> None:
         """Save a step folder for the current step, once per step (`between`: why it falls
