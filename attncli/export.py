@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from attncli.core.errors import AttncliError
-from attncli.core.files import output_folder_problem, remove_temp_entries, replaced_folder
+from attncli.core.files import entry_lock, output_folder_problem, replaced_folder
 from attncli.decoding.ctranslate2 import (
     DEFAULT_FOLDER,
     METADATA,
@@ -45,8 +45,7 @@ def export_command(run_dir: Path, to: str, quantization: str, output: Path | Non
         raise AttncliError(f"--output {target}: {problem}")
     spec = build_spec(trained.model, pieces(trained.tokenizer.src),
                       pieces(trained.tokenizer.tgt))
-    remove_temp_entries(target.parent, f"{target.name}.*", abandoned_only=True)
-    with replaced_folder(target) as staging:
+    with entry_lock(target, print), replaced_folder(target) as staging:
         write_spec(spec, staging, quantization)
         (staging / METADATA).write_text(json.dumps({
             "run": str(trained.paths.root.resolve()), "checkpoint": trained.checkpoint.name,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from helpers import SMALL, assert_one_line_error, run_cli
 
 from attncli.core.config import Config, DataConfig, TokenizerConfig
 from attncli.core.errors import AttncliError
-from attncli.core.files import TEMP_PREFIX, remove_temp_entries, staged_folder
+from attncli.core.files import TEMP_PREFIX
 from attncli.data import cache as data_cache
 from attncli.data.batching import batch_loader, token_batches
 from attncli.data.corpus import prepare_training_data, sampled_texts
@@ -329,7 +330,8 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_pat
     monkeypatch.setattr(data_cache, "_tokenize_into", full)
     with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
         _prepare(_config(toy, tmp_path / "cache"))
-    assert list((tmp_path / "cache" / "corpora").iterdir()) == []
+    kept = [p.name for p in (tmp_path / "cache" / "corpora").iterdir()]
+    assert len(kept) == 1 and kept[0].endswith(".lock")  # the entry's lock file alone
 
 
 def test_a_split_survives_pickling_for_spawned_workers(toy, tmp_path):
@@ -341,25 +343,64 @@ def test_a_split_survives_pickling_for_spawned_workers(toy, tmp_path):
     assert _ids(copy, tokenizer) == _ids(data.train, tokenizer)
 
 
-def test_a_shared_cache_keeps_the_temp_folders_of_builders_still_running(tmp_path):
-    """Several processes may build one cache entry at once (two runs started together, the
-    ranks of a node): each clears what killed builds left, never a live builder's folder."""
-    host = socket.gethostname().replace(".", "_")
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # a builder of this host that is no more
-    with staged_folder(tmp_path / "abc") as mine:  # this process's own, still being written
-        left = {"killed": tmp_path / f"{TEMP_PREFIX}abc.{host}-{gone.pid}.x2",
-                "unnamed": tmp_path / f"{TEMP_PREFIX}abc.x3",  # written before 0.5
-                "elsewhere": tmp_path / f"{TEMP_PREFIX}abc.otherhost-1.x4"}
-        for folder in left.values():
-            folder.mkdir()
-        remove_temp_entries(tmp_path, "abc.*", abandoned_only=True)
-        assert mine.is_dir() and left["elsewhere"].is_dir()
-        assert not left["killed"].exists() and not left["unnamed"].exists()
-        (mine / "done").write_text("built")
-    assert (tmp_path / "abc" / "done").read_text() == "built"
-    remove_temp_entries(tmp_path, "abc.*")  # a checkpoint's single writer clears them all
-    assert not left["elsewhere"].exists()
+# A builder of the cache entry FOLDER in another process: it takes the entry's lock, starts its
+# staged folder, says "started", and ends its build when it reads a line (or is killed first).
+_BUILDER = """
+import sys
+from pathlib import Path
+from attncli.core.files import entry_lock, staged_folder
+folder = Path(sys.argv[1])
+with entry_lock(folder), staged_folder(folder) as staging:
+    (staging / "content.txt").write_text("theirs")
+    print("started", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _builder(folder: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", _BUILDER, str(folder)], text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdout.readline() == "started\n"
+    return process
+
+
+def test_a_shared_cache_entry_waits_for_a_live_builder_and_keeps_its_entry(tmp_path):
+    """Several processes may build one cache entry at once (two runs started together): the
+    second waits for the first (said once), never touches its staged folder, and keeps the
+    entry it built instead of building its own."""
+    from attncli.data.cache import write_entry
+
+    folder, lines, built = tmp_path / "corpora" / "key", [], []
+    folder.parent.mkdir()
+    theirs = _builder(folder)
+    staged = list(folder.parent.glob(f"{TEMP_PREFIX}key.*"))
+    waiting = threading.Thread(target=write_entry, args=(folder, built.append, _intact,
+                                                         lines.append))
+    waiting.start()
+    waiting.join(timeout=2)  # while theirs is still building
+    assert waiting.is_alive() and lines == [f"waiting for another process that is building "
+                                            f"{folder}"]
+    assert len(staged) == 1 and staged[0].is_dir()
+    theirs.communicate("done\n", timeout=60)
+    waiting.join(timeout=60)
+    assert not waiting.is_alive() and built == []
+    assert (folder / "content.txt").read_text() == "theirs"
+
+
+def test_what_a_killed_builder_left_is_cleared_by_the_next_build(tmp_path):
+    """A builder killed midway leaves its staged folder and its lock file; the operating system
+    released its lock, so the next build of that entry clears the folder and builds."""
+    from attncli.data.cache import write_entry
+
+    folder = tmp_path / "corpora" / "key"
+    folder.parent.mkdir()
+    killed = _builder(folder)
+    killed.kill()
+    killed.wait()
+    assert len(list(folder.parent.glob(f"{TEMP_PREFIX}key.*"))) == 1
+    write_entry(folder, lambda staging: (staging / "content.txt").write_text("ours"), _intact)
+    assert (folder / "content.txt").read_text() == "ours"
+    assert not list(folder.parent.glob(f"{TEMP_PREFIX}*"))
 
 
 def _entry(folder: Path, text: str) -> None:
@@ -388,7 +429,7 @@ def test_a_cache_entry_another_process_finished_meanwhile_is_kept(tmp_path):
 
     write_entry(folder, theirs_finishes_first, _intact)
     assert (folder / "content.txt").read_text() == "theirs"
-    assert [p.name for p in folder.parent.iterdir()] == ["key"]  # no temp folder left
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".key.lock", "key"]  # no temp
 
     (folder / "content.txt").unlink()  # damaged: replaced by ours
     write_entry(folder, lambda staging: (staging / "content.txt").write_text("ours"), _intact)

@@ -263,7 +263,8 @@ def test_force_replaces_an_earlier_export_whole(run, tmp_path):
                          quantization, "--force")
         assert result.returncode == 0, result.stderr
         assert json.loads((folder / "attncli.json").read_text())["quantization"] == quantization
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # nothing left aside
+    # nothing left aside; the export's lock file (`files.entry_lock`) stays for the next one
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".export.lock", "export"]
 
 
 @pytest.mark.parametrize(("metadata", "expected"), [

@@ -4,7 +4,8 @@ Imports nothing of attncli outside this package; everything else may import it. 
 reading order:
 
     errors.py        AttncliError (a problem the user can fix: exit 2) and who reports it
-    files.py         crash-safe writes (files, whole folders) and the one write probe
+    files.py         crash-safe writes (files, whole folders), the one write probe, and the
+                     lock of an entry several processes may build (`entry_lock`)
     text.py          the special token ids and language codes (base language, scripts)
     config.py        the config's schema: typed, validated sections and their defaults
     config_files.py  YAML files -> a `Config`, with --set overrides, and back

@@ -7,6 +7,9 @@ target, and the folder is fsynced so that the rename survives a power cut too. A
 (a checkpoint, a downloaded data set) is built the same way: written whole under a temp name,
 every file and the folder fsynced, then renamed into place in one step.
 
+An entry that several processes may build at once (a shared data cache's) is built under its
+`entry_lock`, which also tells what killed builds left from a build still running.
+
 Before a command's work, `output_file_problem`, `output_folder_problem` and `check_writable`
 say whether its outputs can be written at all, with one probe (`_probe`).
 """
@@ -15,15 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import socket
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+import filelock
 
 from attncli.core.errors import AttncliError
 
@@ -184,8 +187,7 @@ def staged_folder(final: Path) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent,
-                                    prefix=f"{TEMP_PREFIX}{final.name}.{_writer()}."))
+    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f"{TEMP_PREFIX}{final.name}."))
     try:
         os.chmod(staging, 0o777 & ~_umask())  # a folder as mkdir makes one, not mkdtemp's 0700
         yield staging
@@ -230,41 +232,38 @@ def remove_folder(folder: Path) -> None:
     shutil.rmtree(doomed)
 
 
-def remove_temp_entries(folder: Path, name: str = "*", abandoned_only: bool = False) -> None:
-    """Clear what interrupted writes of `name` (a glob) left in `folder`; with
-    `abandoned_only`, not the temp folders that a live process may still be filling (where
-    several processes may build the same entry: a shared data cache)."""
+def remove_temp_entries(folder: Path, name: str = "*") -> None:
+    """Clear what interrupted writes of `name` (a glob) left in `folder`. Only where no live
+    process can be writing them: a run's own files under its run lock, a shared entry under its
+    `entry_lock`."""
     for item in Path(folder).glob(f"{TEMP_PREFIX}{name}"):
-        if abandoned_only and _being_written(item):
-            continue
         if item.is_dir():
             shutil.rmtree(item, ignore_errors=True)
         else:
             item.unlink(missing_ok=True)
 
 
-def _writer() -> str:
-    """This process as a staged folder's name carries it: host and PID."""
-    return f"{_host()}-{os.getpid()}"
+@contextmanager
+def entry_lock(final: Path, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the lock of `final`, an entry several processes may build at once (a data cache
+    entry, an export), and clear what killed builds of it left.
 
-
-def _host() -> str:
-    """This host's name with its dots made _, so that a name's dots still separate its parts."""
-    return socket.gethostname().replace(".", "_")
-
-
-def _being_written(item: Path) -> bool:
-    """Whether the staged folder `item` may still be filled by its writer: one on another
-    host cannot be checked (so it may), one of a process of this host that is gone is not."""
-    writer = re.search(r"\.([^.]+)-(\d+)\.[^.]+$", item.name)
-    if writer is None:  # named before writers were recorded: left by a killed write
-        return False
-    if writer.group(1) != _host():
-        return True
+    `filelock`'s lock on `.NAME.lock` beside it: builders of one entry take turns, so while
+    one holds it no other live process is writing the entry, and every staged folder of it is
+    a killed build's. The operating system releases the lock when its process ends however it
+    ends, on this host or another sharing the folder (where the file system has no locks,
+    filelock's marker file: one whose process is gone from this host counts as released).
+    Waiting is said (`say`) once: the holder may take minutes.
+    """
+    lock = filelock.FileLock(final.parent / f".{final.name}.lock")
     try:
-        os.kill(int(writer.group(2)), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        pass
-    return True
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        if say is not None:
+            say(f"waiting for another process that is building {final}")
+        lock.acquire()
+    try:
+        remove_temp_entries(final.parent, f"{final.name}.*")
+        yield
+    finally:
+        lock.release()

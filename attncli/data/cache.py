@@ -43,8 +43,8 @@ from attncli.core.errors import AttncliError
 from attncli.core.files import (
     atomic_write_json,
     check_writable,
+    entry_lock,
     remove_folder,
-    remove_temp_entries,
     staged_folder,
 )
 from attncli.data.batching import Batch, collate_flat
@@ -92,21 +92,23 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 
 def write_entry(folder: Path, fill: Callable[[Path], None],
-                intact: Callable[[Path], bool]) -> None:
+                intact: Callable[[Path], bool], log: Callable[[str], None] | None = None) -> None:
     """`fill` a temp folder that becomes the cache entry `folder` in one rename.
 
-    The temp folders a killed build of it left are removed first (not those of a build still
-    running in another process: several may start at once). An entry already there is
-    replaced only if, once ours is built, it is not `intact` (damaged): another process may
-    have built it meanwhile (the build takes minutes), and theirs is kept. Anything else the
-    disk refuses is one line, and nothing is kept.
+    Built under the entry's lock (`files.entry_lock`: several processes may start at once, and
+    they take turns; `log` says a wait), which clears what killed builds left. An entry there
+    once the lock is ours is kept if it is `intact` (another process built it meanwhile: the
+    build takes minutes) and replaced if it is damaged. Anything else the disk refuses is one
+    line, and nothing is kept.
     """
-    remove_temp_entries(folder.parent, f"{folder.name}.*", abandoned_only=True)
     try:
-        with staged_folder(folder) as staging:
-            fill(staging)
-            if folder.exists() and not intact(folder):
-                _remove_damaged(folder)
+        with entry_lock(folder, log):
+            if folder.exists() and intact(folder):
+                return
+            with staged_folder(folder) as staging:
+                fill(staging)
+                if folder.exists() and not intact(folder):
+                    _remove_damaged(folder)
     except OSError as err:
         if not (folder.is_dir() and intact(folder)):
             raise AttncliError(f"{folder.parent}: cannot write the data cache "
@@ -347,7 +349,7 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
     started = time.perf_counter()
     write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
                                                         limit),
-                intact=lambda entry: open_entry(entry, key) is not None)
+                intact=lambda entry: open_entry(entry, key) is not None, log=log)
     split = open_entry(folder, key)
     if split is None:
         raise AttncliError(f"{folder}: the token cache just written does not read back; is "

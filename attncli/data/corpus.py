@@ -165,7 +165,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
     write_entry(folder, lambda staging: install_models(models, ModelFiles(staging)),
-                intact=lambda entry: _models_readable(entry, cfg.joint))
+                intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
     models = run_models(ModelFiles(folder), cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
         f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
