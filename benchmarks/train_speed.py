@@ -51,6 +51,9 @@ def training_throughput(metrics: Path) -> tuple[float, float]:
     for event in train:
         tokens += event["tokens_per_s"] * (event["seconds"] - before)
         before = event["seconds"]
+    if not before:
+        raise SystemExit(f"{metrics}: no train event to time; give --steps at least the "
+                         f"config's train.log_every")
     return tokens / before, train[-1]["loss"]
 
 
