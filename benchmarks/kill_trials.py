@@ -84,7 +84,7 @@ def _check_checkpoints(run: Path) -> list[str]:
 
     paths = RunPaths(run)
     config = load_config(paths.config)
-    tokenizer = load_tokenizer(paths, config.tokenizer.joint)
+    tokenizer = load_tokenizer(paths.root, config.tokenizer.joint)
     failures = []
     for name in paths.read_pointers():
         model = build_model(config, tokenizer)

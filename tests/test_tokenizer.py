@@ -6,7 +6,6 @@ import pytest
 
 from attncli.core.config import TokenizerConfig
 from attncli.data.tokenizer import normalization_rule, train_tokenizer
-from attncli.runs.layout import RunPaths
 
 ZH = ["你好，你好嗎？", "我很好！謝謝。", "你叫什麼名字？", "我們走吧！",
       "他在看書，她在寫字。"] * 20
@@ -25,7 +24,7 @@ def test_auto_keeps_full_width_punctuation_where_a_language_writes_it(languages,
 
 def _round_trip(tmp_path, normalization: str, languages: tuple[str, str], text: str) -> str:
     cfg = TokenizerConfig(vocab_size=120, normalization=normalization)
-    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), languages)
+    tokenizer = train_tokenizer(cfg, EN, ZH, tmp_path, languages)
     return tokenizer.decode_tgt(tokenizer.encode_tgt([text])[0])
 
 
@@ -35,7 +34,7 @@ def test_a_chinese_target_keeps_its_punctuation(tmp_path):
 
 def test_an_unknown_piece_in_an_output_shows_and_special_ids_do_not(tmp_path):
     cfg = TokenizerConfig(vocab_size=120)
-    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), ("en", "zh"))
+    tokenizer = train_tokenizer(cfg, EN, ZH, tmp_path, ("en", "zh"))
     ids = tokenizer.encode_tgt(["我很好"])[0]
     out = [tokenizer.bos_id, *ids[:-1], tokenizer.unk_id, ids[-1], tokenizer.eos_id,
            tokenizer.pad_id]
@@ -54,7 +53,7 @@ def test_short_and_long_lists_encode_alike(tmp_path, monkeypatch):
     from attncli.data import tokenizer as tokenizer_module
 
     cfg = TokenizerConfig(vocab_size=120)
-    tokenizer = train_tokenizer(cfg, EN, ZH, RunPaths(tmp_path), ("en", "zh"))
+    tokenizer = train_tokenizer(cfg, EN, ZH, tmp_path, ("en", "zh"))
     texts = [f"{text} {i}" for i, text in enumerate(EN * 3)]  # 300 texts, each one different
     assert len(texts) >= tokenizer_module.POOLED_ENCODE_MIN
     pooled = tokenizer.encode_src(texts)

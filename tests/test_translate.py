@@ -64,7 +64,8 @@ def workdir(tmp_path_factory) -> Path:
         decode=DecodeConfig(beam=2, batch_size=8, max_len_a=1.0, max_len_b=5),
     )
     save_config(config, paths.config)
-    tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths, ("en", "de"))
+    tokenizer = train_tokenizer(config.tokenizer, src[:40], tgt[:40], paths.root,
+                                ("en", "de"))
     torch.manual_seed(0)
     model = build_model(config, tokenizer)
     save_checkpoint(paths, model, make_optimizer(model, config.train), {"step": 0},
@@ -246,7 +247,7 @@ def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_p
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "line 2" in warnings[0]
-    (ids,) = load_tokenizer(RunPaths(run_dir), joint=True).encode_src([" ".join(["house"] * 5000)])
+    (ids,) = load_tokenizer(run_dir, joint=True).encode_src([" ".join(["house"] * 5000)])
     # subwords, the EOS not counted: it said one more of each
     assert f": {len(ids) - 1} subwords, only the first {MAX_POSITIONS - 9} are" in warnings[0]
     assert len(target.read_text(encoding="utf-8").splitlines()) == 2
@@ -260,7 +261,7 @@ def test_attention_heatmap_in_the_terminal_and_as_png(workdir, run_dir, tmp_path
     out = _cli(workdir, "translate", "--run", str(run_dir), "--show-attention",
                "--attention-png", str(png), "--layer", "0", "The cat sees a dog.")
     assert out.returncode == 0, out.stderr
-    tokenizer = load_tokenizer(RunPaths(run_dir), joint=True)
+    tokenizer = load_tokenizer(run_dir, joint=True)
     for piece in tokenizer.src_pieces(tokenizer.encode_src(["The cat sees a dog."])[0]):
         assert piece in out.stdout
     assert "decoder layer 0" in out.stdout
@@ -466,7 +467,7 @@ def test_cjk_targets_use_a_matching_sacrebleu_tokenizer():
 def test_long_sources_are_cut_to_the_positions_and_end_in_eos(run_dir):
     from attncli.data.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(RunPaths(run_dir), joint=True)
+    tokenizer = load_tokenizer(run_dir, joint=True)
     cut: list[tuple[int, int, int]] = []
     ids = encode_sources(tokenizer, ["a cat", "house " * 200], 32,
                          lambda i, n, kept: cut.append((i, n, kept)))

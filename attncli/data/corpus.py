@@ -41,7 +41,6 @@ from attncli.data.sources import (
 )
 from attncli.data.subwords import check_samplable
 from attncli.data.tokenizer import (
-    ModelFiles,
     install_models,
     model_file_bytes,
     run_models,
@@ -132,7 +131,7 @@ def _tokenizer_key(config: Config, source: SplitSource) -> str:
 
 def _models_readable(folder: Path, joint: bool) -> bool:
     try:
-        run_models(ModelFiles(folder), joint)
+        run_models(folder, joint)
     except AttncliError:
         return False
     return True
@@ -147,7 +146,7 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         return model_file_bytes(cfg)
     folder = root / "tokenizers" / _tokenizer_key(config, source)
     try:  # the cached files are named as in a run folder
-        models = run_models(ModelFiles(folder), cfg.joint)
+        models = run_models(folder, cfg.joint)
         log(f"tokenizer: reusing {folder}")
         return models
     except AttncliError:
@@ -164,9 +163,9 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    write_entry(folder, lambda staging: install_models(models, ModelFiles(staging)),
+    write_entry(folder, lambda staging: install_models(models, staging),
                 intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
-    models = run_models(ModelFiles(folder), cfg.joint)  # another process's, if it was first
+    models = run_models(folder, cfg.joint)  # another process's, if it was first
     log(f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
         f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
         f"{cfg.sample_bytes:,} bytes) in "

@@ -11,9 +11,7 @@ import io
 import itertools
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import sentencepiece as spm
 
@@ -125,26 +123,10 @@ def model_sides(joint: bool) -> tuple[str | None, ...]:
 
 
 def model_file(folder: Path, side: str | None = None) -> Path:
-    """A tokenizer model's file in `folder` (a run folder or a data cache entry): side None ->
-    the joint model spm.model; 'src'/'tgt' -> spm.src.model, spm.tgt.model."""
+    """A tokenizer model's file in `folder`, a run folder or a data cache entry (the functions
+    below read and write both alike): side None -> the joint model spm.model; 'src'/'tgt' ->
+    spm.src.model, spm.tgt.model."""
     return Path(folder) / ("spm.model" if side is None else f"spm.{side}.model")
-
-
-class ModelFolder(Protocol):
-    """Where the functions below read and write models: a run folder (`runs.layout.RunPaths`)
-    or a data cache entry (`ModelFiles`); both name their files with `model_file`."""
-
-    def spm_model(self, side: str | None = None) -> Path: ...
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """A folder of tokenizer models named as in a run folder: a data cache entry."""
-
-    root: Path
-
-    def spm_model(self, side: str | None = None) -> Path:
-        return model_file(self.root, side)
 
 
 # SentencePiece skips longer sentences without a word; the sample is already bounded in bytes
@@ -190,28 +172,29 @@ def train_models(cfg: TokenizerConfig, texts: Callable[[str], Iterable[str]],
 
 
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
-                    paths: ModelFolder, languages: tuple[str, str]) -> Tokenizer:
+                    folder: Path, languages: tuple[str, str]) -> Tokenizer:
     """Train on texts in memory (or copy `tokenizer.model_file`) into the run folder; for
     small corpora and tests. Training runs take theirs from the cache (corpus.py)."""
     texts = {"src": src_texts, "tgt": tgt_texts}
     models = model_file_bytes(cfg) if cfg.model_file else train_models(cfg, texts.__getitem__,
                                                                         languages)
-    install_models(models, paths)
-    return load_tokenizer(paths, cfg.joint)
+    install_models(models, folder)
+    return load_tokenizer(folder, cfg.joint)
 
 
-def install_models(models: dict[str | None, bytes], paths: ModelFolder) -> None:
-    """Write the model(s) into the run folder, where `load_tokenizer` finds them."""
+def install_models(models: dict[str | None, bytes], folder: Path) -> None:
+    """Write the model(s) into `folder`, where `load_tokenizer` finds them."""
     for side, data in models.items():
-        atomic_write_bytes(paths.spm_model(side), data)
+        atomic_write_bytes(model_file(folder, side), data)
 
 
-def run_models(paths: ModelFolder, joint: bool) -> dict[str | None, bytes]:
-    """The run's serialized model(s) by side (what a token cache is keyed on), checked."""
+def run_models(folder: Path, joint: bool) -> dict[str | None, bytes]:
+    """The serialized model(s) in `folder` by side (what a token cache is keyed on), checked."""
     models = {}
     for side in model_sides(joint):
-        models[side] = _model_bytes(paths.spm_model(side))
-        _from_proto(models[side], str(paths.spm_model(side)))
+        path = model_file(folder, side)
+        models[side] = _model_bytes(path)
+        _from_proto(models[side], str(path))
     return models
 
 
@@ -258,9 +241,9 @@ def check_model_file(cfg: TokenizerConfig) -> None:
         _load_one(Path(cfg.model_file).expanduser())
 
 
-def load_tokenizer(paths: ModelFolder, joint: bool) -> Tokenizer:
-    """Load the run's SentencePiece model(s); a missing or corrupt file is a one-line error."""
-    procs = {side: _load_one(paths.spm_model(side)) for side in model_sides(joint)}
+def load_tokenizer(folder: Path, joint: bool) -> Tokenizer:
+    """Load the SentencePiece model(s) in `folder`; a missing or corrupt file is one line."""
+    procs = {side: _load_one(model_file(folder, side)) for side in model_sides(joint)}
     if joint:
         return Tokenizer(procs[None], procs[None])
     return Tokenizer(procs["src"], procs["tgt"])

@@ -58,14 +58,14 @@ def _prepare_on_primary(config, resumed: RunPaths | None, config_path, name: str
         data = prepare_training_data(config, say, None)
         paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
         save_config(config, paths.config)
-        install_models(data.models, paths)
+        install_models(data.models, paths.root)
         return data, paths
     joint = config.tokenizer.joint
     if not never_saved(resumed):
-        return prepare_training_data(config, say, run_models(resumed, joint)), resumed
+        return prepare_training_data(config, say, run_models(resumed.root, joint)), resumed
     complete = all(resumed.spm_model(side).is_file() for side in model_sides(joint))
-    data = prepare_training_data(config, say, run_models(resumed, joint) if complete else None)
-    install_models(data.models, resumed)
+    data = prepare_training_data(config, say, run_models(resumed.root, joint) if complete else None)
+    install_models(data.models, resumed.root)
     restart_from_step_0(resumed)
     return data, resumed
 
