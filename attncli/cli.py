@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -37,7 +37,7 @@ CHECKPOINT_HELP = ("Which checkpoint: auto (averaged when the run has one of its
                    "(one of the run's checkpoints/step-N folders).")
 
 
-class Engine(str, Enum):
+class Engine(StrEnum):
     torch = "torch"
     ctranslate2 = "ctranslate2"
 
@@ -53,12 +53,12 @@ EXPORTED_OPTION = typer.Option(
     "RUN/ctranslate2).")
 
 
-class Split(str, Enum):
+class Split(StrEnum):
     test = "test"
     val = "val"
 
 
-class Suite(str, Enum):
+class Suite(StrEnum):
     attention = "attention"
     train = "train"
     infer = "infer"

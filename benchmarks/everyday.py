@@ -13,7 +13,7 @@ to this file: columns en, de, de_accepted, zh, zh_accepted) this prints a markdo
 corpus chrF (sacreBLEU), how many outputs are right, and how many outputs repeat a word 3-gram.
 Words are split on whitespace; for Chinese, Japanese and Korean they are characters. With
 `--sentences` or `--from-jsonl` only the repetition counts are printed. Translation goes the
-way `attncli translate` goes (`evaluate.load_for_decoding`, `encode_sources`, `decode_ids`,
+way `attncli translate` goes (`runs.trained.load_for_decoding`, `encode_sources`, `decode_ids`,
 `decode_tgt`).
 
 A row is "right" when its output equals the reference or one of the variants in the

@@ -434,3 +434,18 @@ def test_a_cache_entry_another_process_finished_meanwhile_is_kept(tmp_path):
     (folder / "content.txt").unlink()  # damaged: replaced by ours
     write_entry(folder, lambda staging: (staging / "content.txt").write_text("ours"), _intact)
     assert (folder / "content.txt").read_text() == "ours"
+
+
+def test_an_entry_lock_clears_its_own_entry_alone(tmp_path):
+    """Exports `model` and `model.int8` side by side: each lock clears what killed builds of
+    its own entry left, never the other's temp folders (its own lock keeps those)."""
+    from attncli.core.files import entry_lock
+
+    mine = [f"{TEMP_PREFIX}model.k3x_9zq1", f"{TEMP_PREFIX}model.0a1b2c3d.old",
+            f"{TEMP_PREFIX}model.0a1b2c3d.removing"]
+    others = [f"{TEMP_PREFIX}model.int8.k3x_9zq1", f"{TEMP_PREFIX}model.int8.0a1b2c3d.old"]
+    for name in mine + others:
+        (tmp_path / name).mkdir()
+    with entry_lock(tmp_path / "model"):
+        left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX))
+    assert left == sorted(others)

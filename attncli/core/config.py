@@ -2,7 +2,7 @@
 train, decode) and the checks that span them.
 
 Every key has a default and a description here; `configs/*.yaml` only change what differs.
-Reading and writing YAML files (and `--set` overrides) is attncli.config_files' job.
+Reading and writing YAML files (and `--set` overrides) is `core/config_files.py`'s job.
 """
 
 from __future__ import annotations

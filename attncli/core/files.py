@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -237,10 +238,14 @@ def remove_temp_entries(folder: Path, name: str = "*") -> None:
     process can be writing them: a run's own files under its run lock, a shared entry under its
     `entry_lock`."""
     for item in Path(folder).glob(f"{TEMP_PREFIX}{name}"):
-        if item.is_dir():
-            shutil.rmtree(item, ignore_errors=True)
-        else:
-            item.unlink(missing_ok=True)
+        _remove_entry(item)
+
+
+def _remove_entry(item: Path) -> None:
+    if item.is_dir():
+        shutil.rmtree(item, ignore_errors=True)
+    else:
+        item.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -255,7 +260,8 @@ def entry_lock(final: Path, say: Callable[[str], None] | None = None) -> Iterato
     filelock's marker file: one whose process is gone from this host counts as released).
     Waiting is said (`say`) once: the holder may take minutes.
     """
-    lock = filelock.FileLock(final.parent / f".{final.name}.lock")
+    # Readable and writable by every user: a cache folder may be shared by several.
+    lock = filelock.FileLock(final.parent / f".{final.name}.lock", mode=0o666)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -263,7 +269,18 @@ def entry_lock(final: Path, say: Callable[[str], None] | None = None) -> Iterato
             say(f"waiting for another process that is building {final}")
         lock.acquire()
     try:
-        remove_temp_entries(final.parent, f"{final.name}.*")
+        _remove_killed_builds(final)
         yield
     finally:
         lock.release()
+
+
+def _remove_killed_builds(final: Path) -> None:
+    """Remove the temp entries of `final` alone: its staged folders (`staged_folder`'s names),
+    an old folder renamed aside (`replaced_folder`) or one being removed (`remove_folder`).
+    Not those of another entry whose name starts with `final`'s and a dot (an export `model`
+    beside `model.int8`): that one has a lock of its own."""
+    own = re.compile(rf"{re.escape(TEMP_PREFIX + final.name)}\.[a-z0-9_]+(\.(old|removing))?")
+    for item in final.parent.iterdir():
+        if own.fullmatch(item.name):
+            _remove_entry(item)

@@ -152,7 +152,18 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     except AttncliError:
         pass  # not cached yet, or damaged: train it
     check_cache_writable(folder.parent)  # before training a tokenizer
-    started = time.perf_counter()
+    trained: list[str] = []  # the log line, once this process has trained it
+    write_entry(folder, lambda staging: trained.append(_train_into(staging, config, source)),
+                intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
+    models = run_models(folder, cfg.joint)
+    log(f"{trained[0]} -> {folder}" if trained else
+        f"tokenizer: reusing {folder} (another process trained it meanwhile)")
+    return models
+
+
+def _train_into(staging: Path, config: Config, source: SplitSource) -> str:
+    """Train the tokenizer on a sample of the train split into `staging`; the log line."""
+    cfg, started = config.tokenizer, time.perf_counter()
     ds = first_rows(source.rows, config.data.train_limit)
     sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)
     texts = side_texts(sample)
@@ -163,14 +174,10 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    write_entry(folder, lambda staging: install_models(models, staging),
-                intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
-    models = run_models(folder, cfg.joint)  # another process's, if it was first
-    log(f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
-        f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
-        f"{cfg.sample_bytes:,} bytes) in "
-        f"{time.perf_counter() - started:.1f} s -> {folder}")
-    return models
+    install_models(models, staging)
+    return (f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
+            f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
+            f"{cfg.sample_bytes:,} bytes) in {time.perf_counter() - started:.1f} s")
 
 
 def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:

@@ -210,7 +210,7 @@ class Service:
         timeout = self.options.timeout
         try:
             body = await asyncio.wait_for(_body(request, self.limits.max_body), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise RequestError(408, f"the body did not arrive within {timeout:g} s") from None
         fields = parse_body(body, request.headers.get("content-type", ""))
         self.check_key(request, fields)

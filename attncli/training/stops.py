@@ -15,10 +15,10 @@ from collections.abc import Iterator
 SIGNAL_ECHO_S = 2.0
 
 
-class StopReason(str, enum.Enum):
+class StopReason(enum.StrEnum):
     """Why a run stops after an update. Each value is the text that log lines and error
     messages print ("stopped at step 40 (max_steps)") and that a limit's config key is named
-    by, so it is a `str` and prints as its value (`enum.StrEnum` needs Python 3.11).
+    by, so it is a `StrEnum`: a `str` that prints as its value.
 
     - MAX_STEPS, MAX_EPOCHS, MAX_MINUTES: that `train.` limit is reached; the run is at its
       end: validated and saved there, and an extension (`--resume --set train.max_...`) goes on.
@@ -36,12 +36,6 @@ class StopReason(str, enum.Enum):
     PATIENCE = "patience"
     SIGNAL = "signal"
     NONFINITE = "nonfinite"
-
-    def __str__(self) -> str:  # the value, as before the Enum, on every Python version
-        return self.value
-
-    def __format__(self, spec: str) -> str:  # f-strings: 3.12 would print "StopReason.X"
-        return format(self.value, spec)
 
     @property
     def completes(self) -> bool:
