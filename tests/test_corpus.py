@@ -449,3 +449,25 @@ def test_an_entry_lock_clears_its_own_entry_alone(tmp_path):
     with entry_lock(tmp_path / "model"):
         left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(TEMP_PREFIX))
     assert left == sorted(others)
+
+
+def test_a_data_file_that_cannot_be_read_is_not_blamed_on_the_cache(tmp_path):
+    """`fill` reads the data: its errors name the data file, not 'cannot write the data cache'
+    (which a full cache disk still gets, as before)."""
+    import errno
+
+    from attncli.data.cache import write_entry
+
+    data = tmp_path / "data" / "train.jsonl"
+
+    def unreadable(staging: Path) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(data))
+
+    with pytest.raises(PermissionError, match="train.jsonl"):
+        write_entry(tmp_path / "cache" / "key", unreadable, _intact)
+
+    def full(staging: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(staging / "tokens.arrow"))
+
+    with pytest.raises(AttncliError, match="cannot write the data cache .No space left"):
+        write_entry(tmp_path / "cache" / "key", full, _intact)

@@ -99,7 +99,8 @@ def write_entry(folder: Path, fill: Callable[[Path], None],
     they take turns; `log` says a wait), which clears what killed builds left. An entry there
     once the lock is ours is kept if it is `intact` (another process built it meanwhile: the
     build takes minutes) and replaced if it is damaged. Anything else the disk refuses is one
-    line, and nothing is kept.
+    line, and nothing is kept; an error reading a file outside the cache (`fill` reads the
+    data) is that file's, not the cache's, and passes on as it is.
     """
     try:
         with entry_lock(folder, log):
@@ -110,6 +111,9 @@ def write_entry(folder: Path, fill: Callable[[Path], None],
                 if folder.exists() and not intact(folder):
                     _remove_damaged(folder)
     except OSError as err:
+        cache = Path(os.path.abspath(folder.parent))
+        if err.filename and cache not in Path(os.path.abspath(err.filename)).parents:
+            raise
         if not (folder.is_dir() and intact(folder)):
             raise AttncliError(f"{folder.parent}: cannot write the data cache "
                                f"({err.strerror or err}); nothing was kept") from None
