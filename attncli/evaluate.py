@@ -8,6 +8,7 @@ scores (`decoding.scoring`), which validation while training uses too.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attncli.core.config import DecodeConfig
+from attncli.core.config import DecodeConfig, corpora_of
 from attncli.core.console import stdout_json
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, atomic_write_text, output_folder_problem
@@ -85,28 +86,69 @@ def _warn(truncated: list[int], limit: int, left_out: int) -> None:
               "of the hypotheses file", file=sys.stderr)
 
 
+def _eval_sets(config, split: str, data: str | None) -> list[tuple[str, Any]]:
+    """(file name, data section) of each set to score: `--data`'s, the config's `data.<split>`,
+    or, for a mix of corpora, each corpus's own split (files <split>-<corpus>.*)."""
+    if data is not None:
+        return [(f"{split}-{_data_label(data)}", config.data.model_copy(update={split: data}))]
+    if config.data.corpora is None or getattr(config.data, split) is not None:
+        return [(split, corpora_of(config.data)[0].data)]
+    return [(f"{split}-{corpus.name}", corpus.data) for corpus in corpora_of(config.data)]
+
+
+def eval_reports(run_dir: Path, split: str = "test") -> dict[str, dict[str, Any]]:
+    """The scores `attncli eval RUN` wrote for `split` (eval/<split>.json, or a mix's
+    eval/<split>-<corpus>.json each), by file name, in the config's corpus order; those not
+    written yet are left out. For scripts that read a run's scores (benchmarks/)."""
+    from attncli.core.config_files import load_config
+
+    config = load_config(Path(run_dir) / "config.yaml")
+    reports = {}
+    for name, _ in _eval_sets(config, split, None):
+        path = Path(run_dir) / "eval" / f"{name}.json"
+        if path.is_file():
+            reports[name] = json.loads(path.read_text("utf-8"))
+    return reports
+
+
 def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
                  device: str, checkpoint: str = "auto", engine: str = "torch",
                  exported: Path | None = None, no_repeat_ngram: int | None = None) -> None:
     """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json
-    (eval/<split>-<data>.* for a split from --data, so the run's own scores stay)."""
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
+    (eval/<split>-<data>.* for a split from --data, so the run's own scores stay; a mix of
+    corpora: eval/<split>-<corpus>.* for each corpus's split)."""
     trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported,
                                 no_repeat_ngram)
     if problem := output_folder_problem(trained.paths.eval_dir):  # before the decoding
         raise AttncliError(f"{trained.paths.eval_dir}: {problem}; eval writes its scores there")
     config = trained.config
-    data_cfg = config.data.model_copy(update={split: data}) if data else config.data
-    parallel = load_split(data_cfg, split)
+    sets = [(name, data_cfg, load_split(data_cfg, split))  # every split read before decoding
+            for name, data_cfg in _eval_sets(config, split, data)]
     beam = beam or config.decode.beam
-    err = Console(stderr=True)
+    results = [(*_score(trained, run_dir, split, name, parallel, beam, engine), parallel)
+               for name, _, parallel in sets]
+    if json_out:
+        reports = [report for report, _, _ in results]
+        print(stdout_json(reports[0] if len(reports) == 1 else {"run": str(run_dir),
+                                                                "results": reports}))
+        return
+    if len(results) == 1:
+        _print_one(trained, run_dir, split, beam, *results[0][:2])
+    else:
+        _print_table(trained, run_dir, split, beam, results)
 
+
+def _score(trained: TrainedModel, run_dir: Path, split: str, name: str, parallel, beam: int,
+           engine: str) -> tuple[dict[str, Any], Path]:
+    """Translate and score one set; its report, written with its hypotheses to eval/NAME.*."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    config, err = trained.config, Console(stderr=True)
     truncated: list[int] = []
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
-        task = bar.add_task(f"translating {split} (beam {beam})", total=len(parallel.src))
+        task = bar.add_task(f"translating {parallel.name} {split} (beam {beam})",
+                            total=len(parallel.src))
         result = evaluate_split(
             trained, parallel.src, parallel.tgt, beam,
             on_truncate=lambda i, length, kept: truncated.append(parallel.rows[i]),
@@ -117,17 +159,19 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
               "split": split, "engine": engine, "precision": decode_precision(trained), **result,
               "left_out_empty": parallel.dropped_empty, **_averaged(trained)}
-    paths = trained.paths
-    name = split if data is None else f"{split}-{_data_label(data)}"
-    hyp_file = paths.eval_dir / f"{name}.hyp.txt"
+    hyp_file = trained.paths.eval_dir / f"{name}.hyp.txt"
     atomic_write_text(hyp_file, "".join(f"{h}\n" for h in hyps))
-    atomic_write_json(paths.eval_dir / f"{name}.json", report)
+    atomic_write_json(trained.paths.eval_dir / f"{name}.json", report)
+    return report, hyp_file
 
-    if json_out:
-        print(stdout_json(report))
-        return
-    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {parallel.name} {split}, "
-             f"beam {beam}" + _blocking(config.decode))  # its own line: rich wraps table titles
+
+def _print_one(trained: TrainedModel, run_dir: Path, split: str, beam: int,
+               report: dict[str, Any], hyp_file: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {report['data']} {split}, "
+             f"beam {beam}" + _blocking(trained.config.decode))  # rich wraps table titles
     table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -141,3 +185,25 @@ def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, 
     out.print(table)
     out.print(f"[dim]{report['signature']}[/dim]")
     out.print(f"[dim]hypotheses: {hyp_file}[/dim]")
+
+
+def _print_table(trained: TrainedModel, run_dir: Path, split: str, beam: int,
+                 results: list) -> None:
+    """A mix's scores: a row per corpus's split."""
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): each corpus's {split} "
+             f"split, beam {beam}" + _blocking(trained.config.decode))
+    table = Table()
+    for column in ("corpus", "BLEU", "chrF", "sentences", "seconds"):
+        table.add_column(column, justify="left" if column == "corpus" else "right")
+    for report, _, parallel in results:
+        table.add_row(parallel.name, f"{report['bleu']:.2f}", f"{report['chrf']:.2f}",
+                      str(report["sentences"]), f"{report['seconds']:.1f}")
+    out = Console()
+    out.print(title, markup=False, highlight=False, soft_wrap=True)
+    out.print(table)
+    for report, hyp_file, _ in results:
+        out.print(f"[dim]{report['data']}: {report['signature']}[/dim]")
+        out.print(f"[dim]hypotheses: {hyp_file}[/dim]")

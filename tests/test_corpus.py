@@ -93,7 +93,7 @@ def test_a_changed_tokenizer_builds_new_tokens(toy, tmp_path):
     second, lines = _prepare(other)
     assert not any("reusing" in line for line in lines)
     assert first.models != second.models
-    assert first.train.manifest["key"] != second.train.manifest["key"]
+    assert first.train.parts[0].split.manifest["key"] != second.train.parts[0].split.manifest["key"]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "manifest"])
@@ -102,7 +102,7 @@ def test_a_damaged_entry_is_rebuilt_not_trusted(toy, tmp_path, damage):
     first, _ = _prepare(config)
     tokenizer = tokenizer_from_bytes(first.models)
     expected = _ids(first.train, tokenizer)
-    entry = first.train.folder
+    entry = first.train.parts[0].split.folder
     del first  # it maps the file that is damaged next
     arrow = next(entry.glob("tokens*.arrow"))
     if damage == "truncate":

@@ -7,6 +7,7 @@ reading order:
     files.py         crash-safe writes (files, whole folders), the one write probe, and the
                      lock of an entry several processes may build (`entry_lock`)
     text.py          the special token ids and language codes (base language, scripts)
+    scripts.py       the writing system of each language, for the `script` filter
     config.py        the config's schema: typed, validated sections and their defaults
     config_files.py  YAML files -> a `Config`, with --set overrides, and back
     device.py        the device and numeric precision for train, eval and bench

@@ -7,6 +7,8 @@ Reading and writing YAML files (and `--set` overrides) is `core/config_files.py`
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -19,6 +21,7 @@ from pydantic import (
 )
 
 from attncli.core.errors import AttncliError
+from attncli.core.scripts import LANGUAGE_SCRIPTS, script_name
 from attncli.core.text import converted_sides, is_traditional
 
 # `train.pad_multiple: auto` picks 1 or this (see core.device.resolve_pad_multiple); configs are
@@ -47,6 +50,59 @@ class _Section(BaseModel):
         return value
 
 
+class FilterConfig(_Section):
+    """What a training corpus drops before training, beside empty pairs and pairs longer than
+    data.max_len (always dropped). All off by default: a config that asks for none trains
+    exactly as before filters existed. Counted per filter in train.log and the run folder."""
+
+    same_text: bool = Field(False, description="Drop pairs whose source is identical to their "
+                            "target (untranslated copies).")
+    length_ratio: float | None = Field(
+        None, description="Drop pairs whose longer side has more than this many times the "
+        "subword tokens of the shorter (null: off); at least 1.")
+    script: bool = Field(False, description="Drop pairs with a side that holds no character of "
+                         "its language's script (a Chinese side without a Chinese character).")
+    duplicates: bool = Field(False, description="Drop a pair identical to an earlier pair of "
+                             "the same corpus (repeats of common turns are real usage: off).")
+
+    @field_validator("length_ratio")
+    @classmethod
+    def _ratio_of_longer_to_shorter(cls, value: float | None) -> float | None:
+        if value is not None and value < 1:
+            raise ValueError(f"length_ratio is the longer side's tokens over the shorter "
+                             f"side's, so at least 1 (got {value})")
+        return value
+
+    def active(self) -> dict[str, Any]:
+        """The filters that are on, by name (empty: none): what joins the token cache's key."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class CorpusConfig(_Section):
+    """One training corpus of a mix (`data.corpora`): its data, how often each of its pairs
+    is seen per epoch, and what is filtered out of it."""
+
+    name: str | None = Field(None, description="Short name for logs and eval files (default: "
+                             "the data set's folder or file name).")
+    dataset: str = Field(description="Data set name, local folder/file, or Hub id.")
+    subset: str | None = Field(None, description="The Hub's configuration name (null: none).")
+    train_limit: int | None = Field(None, ge=1, description="Use only its first N training "
+                                    "pairs.")
+    weight: float = Field(1.0, gt=0, description="Times each pair is seen per epoch: 2 twice, "
+                          "0.5 a seeded half (another half each epoch), 1.5 once and a half.")
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+    licence: str | None = Field(None, description="The corpus's licence, printed when a run "
+                                "starts and written to the run folder.")
+
+    @property
+    def label(self) -> str:
+        """`name`, else the data set's folder or file name made safe for a file name."""
+        if self.name:
+            return self.name
+        stem = re.sub(r"\.(jsonl|json|tsv|txt)$", "", self.dataset.rstrip("/").split("/")[-1])
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "corpus"
+
+
 class DataConfig(_Section):
     dataset: str = Field("multi30k", description="Data set name, local folder/file, or Hub id.")
     subset: str | None = Field(
@@ -56,7 +112,8 @@ class DataConfig(_Section):
     max_len: int = Field(100, ge=1, description="Pairs with a side longer than this, in "
                          "tokens with its EOS (BOS on the target input), are dropped.")
     train_limit: int | None = Field(
-        None, ge=1, description="Use only the first N training pairs (quick experiments)."
+        None, ge=1, description="Use only the first N training pairs (quick experiments); in a "
+        "mix, of each corpus that sets none itself."
     )
     valid_limit: int | None = Field(
         None, ge=1, description="Score only the first N validation pairs during training (loss and "
@@ -78,6 +135,14 @@ class DataConfig(_Section):
         None, description="Convert Chinese text (src or tgt) to this script when it is read, "
         "with OpenCC (simplified: t2s); a language marked traditional (zh-Hant, zh-TW, zh-HK) "
         "is never converted. null: text as stored.")
+    filters: FilterConfig = Field(default_factory=FilterConfig,
+                                  description="Filters of the one-corpus form (data.dataset).")
+    corpora: list[CorpusConfig] | None = Field(
+        None, description="Several training corpora mixed by weight (null: data.dataset alone); "
+        "each is validated on its own val split unless data.val names one.")
+    best_on: str | None = Field(
+        None, description="The corpus (its name) whose validation BLEU chooses the best "
+        "checkpoint and counts patience in a mix (null: the first).")
 
     @model_validator(mode="after")
     def _two_languages(self) -> DataConfig:
@@ -95,6 +160,76 @@ class DataConfig(_Section):
             raise ValueError(f"chinese_script: {self.chinese_script} converts Chinese text, "
                              f"but {why}; set data.chinese_script: null")
         return self
+
+    @model_validator(mode="after")
+    def _corpora_are_a_mix(self) -> DataConfig:
+        """A mix names its data in `corpora` alone, under names that differ (they name files)."""
+        if self.corpora is None:
+            if self.best_on is not None:
+                raise ValueError("best_on names a corpus of data.corpora, which is not set")
+            return self
+        if not self.corpora:
+            raise ValueError("corpora is empty: list at least one corpus (or set data.dataset "
+                             "and data.corpora: null)")
+        if given := sorted({"dataset", "subset", "filters"} & self.model_fields_set):
+            raise ValueError(f"data.{given[0]} and data.corpora are both set: with corpora, set "
+                             f"it for each corpus")
+        labels = [corpus.label for corpus in self.corpora]
+        if twice := sorted({label for label in labels if labels.count(label) > 1}):
+            raise ValueError(f"two corpora are named {twice[0]!r}: give each a distinct name")
+        if self.best_on is not None and self.best_on not in labels:
+            raise ValueError(f"best_on: no corpus is named {self.best_on!r} (there are "
+                             f"{', '.join(labels)})")
+        return self
+
+    @model_validator(mode="after")
+    def _script_filter_knows_the_languages(self) -> DataConfig:
+        filtered = [c.filters for c in self.corpora or ()] + [self.filters]
+        unknown = [code for code in (self.src, self.tgt) if script_name(code) is None]
+        if unknown and any(f.script for f in filtered):
+            known = ", ".join(sorted(LANGUAGE_SCRIPTS))
+            raise ValueError(f"filters.script: attncli knows no script for language "
+                             f"{unknown[0]!r} (it knows {known}); turn the filter off")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data; a mix leaves out the one-corpus keys, which it must not set."""
+        one_corpus_only = {"dataset", "subset", "filters"}
+        return self.model_dump(mode="json", exclude=one_corpus_only if self.corpora else None)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One training corpus as the data layer reads it: `data` is the config's data section
+    with this corpus's dataset, subset, train_limit and filters in it (so everything that reads
+    one data set reads it), `mixed` says whether it is one of `data.corpora`."""
+
+    name: str
+    data: DataConfig
+    weight: float
+    filters: FilterConfig
+    licence: str | None
+    mixed: bool
+
+
+def corpora_of(data: DataConfig) -> list[Corpus]:
+    """The training corpora of a data section: `data.corpora`, or `data.dataset` alone."""
+    if data.corpora is None:
+        return [Corpus(data.dataset, data, 1.0, data.filters, None, mixed=False)]
+    return [Corpus(corpus.label, data.model_copy(update={
+                "dataset": corpus.dataset, "subset": corpus.subset,
+                "train_limit": corpus.train_limit if corpus.train_limit is not None
+                else data.train_limit, "filters": corpus.filters, "corpora": None,
+                "best_on": None}),
+            corpus.weight, corpus.filters, corpus.licence, mixed=True)
+            for corpus in data.corpora]
+
+
+def deciding_corpus(data: DataConfig) -> str | None:
+    """The corpus whose validation decides best and patience in a mix (None: one corpus)."""
+    if data.corpora is None or data.val is not None:
+        return None
+    return data.best_on or data.corpora[0].label
 
 
 class TokenizerConfig(_Section):
@@ -301,7 +436,7 @@ class Config(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for YAML/JSON (tuples become lists)."""
-        return self.model_dump(mode="json")
+        return {**self.model_dump(mode="json"), "data": self.data.to_dict()}
 
 
 def check_process_shares(train: TrainConfig, processes: int, resuming: bool = False) -> None:

@@ -126,6 +126,12 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return parts, parsed
 
 
+# `--set` of one form of the training data replaces the other form the file gives: a mix of
+# corpora, or one data set (`--set data.dataset=X` on configs/en-zh.yaml trains on X alone).
+REPLACED_BY_SET = {("data", "dataset"): ("corpora", "best_on"),
+                   ("data", "corpora"): ("dataset", "subset", "filters")}
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `--set` items to a raw config dict (validation happens afterwards)."""
     for item in overrides:
@@ -135,6 +141,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         node = raw.setdefault(section, {})
         if not isinstance(node, dict):
             raise AttncliError(f"--set {section}.{key}: {section} is not a section")
+        for replaced in REPLACED_BY_SET.get((section, key), ()):
+            node.pop(replaced, None)
         node[key] = value
     return raw
 

@@ -12,8 +12,11 @@ Modules, in reading order:
     tokenizer.py       SentencePiece: train, save, load; encode and decode
     subwords.py        subword regularization: training batches re-segmented by sampling
     batching.py        token-budget batches, padding, and the DataLoader feeding training
+    filters.py         the filters of a training corpus (same text, length ratio, script,
+                       duplicates): a drop code per pair
     cache.py           the data cache: tokenized splits as memory-mapped Arrow, keyed on what
                        they depend on
+    mixing.py          several corpora as one: each epoch's pairs by the corpora's weights
     corpus.py          what a training run reads: its tokenizer and tokenized splits, cached
                        (`attncli prepare`)
 """

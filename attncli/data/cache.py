@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attncli.core.config import DataConfig
+from attncli.core.config import DataConfig, FilterConfig
 from attncli.core.errors import AttncliError
 from attncli.core.files import (
     atomic_write_json,
@@ -48,6 +48,7 @@ from attncli.core.files import (
     staged_folder,
 )
 from attncli.data.batching import Batch, collate_flat
+from attncli.data.filters import KEPT, PairFilter, filter_counts, repeated_pairs
 from attncli.data.sources import SplitSource
 from attncli.data.tokenizer import tokenizer_from_bytes
 
@@ -125,6 +126,7 @@ def write_entry(folder: Path, fill: Callable[[Path], None],
 
 
 COLUMNS = ("src_ids", "tgt_ids", "src_len", "tgt_len")
+FILTERED = "dropped"  # the column of a filtered split: each pair's drop code (data/filters.py)
 
 
 class MappedTable:
@@ -178,7 +180,8 @@ class TokenizedSplit:
     """The pairs of one split that training uses, read from a cached Arrow table.
 
     src_lens: (pairs,) int32  source ids with EOS;  tgt_lens: (pairs,) int32  bare target ids.
-    Pair i is table row `rows[i]`; empty pairs and pairs longer than max_len are left out.
+    Pair i is table row `rows[i]`; empty pairs, pairs longer than max_len and pairs a filter
+    dropped (`dropped_by`: the count of each, for a filtered split) are left out.
     """
 
     def __init__(self, mapped: MappedTable, manifest: dict, folder: Path):
@@ -187,7 +190,13 @@ class TokenizedSplit:
         tgt_len = mapped.table.column("tgt_len").to_numpy()
         empty = (src_len == 0) | (tgt_len == 0)
         too_long = (src_len > manifest["max_len"]) | (tgt_len + 1 > manifest["max_len"])
-        self.rows = np.flatnonzero(~empty & ~too_long)
+        kept = ~empty & ~too_long
+        self.dropped_by: dict[str, int] = {}
+        if FILTERED in mapped.table.column_names:
+            codes = mapped.table.column(FILTERED).to_numpy()
+            self.dropped_by = filter_counts(codes)
+            kept &= codes == KEPT
+        self.rows = np.flatnonzero(kept)
         self.src_lens, self.tgt_lens = src_len[self.rows], tgt_len[self.rows]
         self.dropped_empty = int(empty.sum())
         self.dropped_long = int((too_long & ~empty).sum())
@@ -196,11 +205,21 @@ class TokenizedSplit:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @property
+    def pairs_read(self) -> int:
+        """The split's stored pairs, dropped ones included."""
+        return self.mapped.table.num_rows
+
+    def token_ids(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The source and target ids of `pairs` (positions in this split), each back to back."""
+        rows = self.rows[pairs]
+        return self.mapped.gather("src_ids", rows), self.mapped.gather("tgt_ids", rows)
+
     def collate(self, pairs: np.ndarray, multiple: int = 1) -> Batch:
         """The padded batch of pairs `pairs` (positions in this split)."""
-        rows = self.rows[pairs]
-        batch = collate_flat(self.mapped.gather("src_ids", rows), self.src_lens[pairs],
-                             self.mapped.gather("tgt_ids", rows), self.tgt_lens[pairs], multiple)
+        src_ids, tgt_ids = self.token_ids(pairs)
+        batch = collate_flat(src_ids, self.src_lens[pairs], tgt_ids, self.tgt_lens[pairs],
+                             multiple)
         self.mapped.release_pages()
         return batch
 
@@ -216,8 +235,8 @@ def open_entry(folder: Path, key: str) -> TokenizedSplit | None:
                for path, entry in zip(files, manifest["files"], strict=True)):
             return None
         mapped = MappedTable(files)
-        if mapped.table.num_rows != manifest["rows"] or mapped.table.column_names != [
-                *COLUMNS]:
+        if mapped.table.num_rows != manifest["rows"] or mapped.table.column_names not in (
+                [*COLUMNS], [*COLUMNS, FILTERED]):
             return None
     except (OSError, ValueError, KeyError, TypeError):  # pyarrow's errors are ValueErrors too
         return None
@@ -247,14 +266,15 @@ def _id_type(models: dict[str | None, bytes]) -> str:
         else "int32"
 
 
-def _features(id_type: str):
+def _features(id_type: str, filtered: bool):
     import datasets
 
     ids = datasets.Value(id_type)
     return datasets.Features({"src_ids": datasets.Sequence(ids),
                               "tgt_ids": datasets.Sequence(ids),
                               "src_len": datasets.Value("int32"),
-                              "tgt_len": datasets.Value("int32")})
+                              "tgt_len": datasets.Value("int32"),
+                              **({FILTERED: datasets.Value("uint8")} if filtered else {})})
 
 
 def _list_array(ids: list[list[int]], lengths: np.ndarray, keep: np.ndarray, id_type: str):
@@ -274,13 +294,16 @@ class _PairEncoder:
     """Encodes a batch of rows for `Dataset.map`; picklable, so worker processes can run it.
 
     Every row gets an output row: empty pairs get lengths 0, pairs longer than `max_len` keep
-    their lengths but no ids, so the counts of both stay known without a second pass. The
-    columns are returned as Arrow arrays: letting `datasets` convert lists of Python ints took
-    a third of the time.
+    their lengths but no ids, so the counts of both stay known without a second pass; with
+    filters (`pair_filter`), the pairs they drop keep no ids either, and a column of drop codes
+    says why. The columns are returned as Arrow arrays: letting `datasets` convert lists of
+    Python ints took a third of the time.
     """
 
-    def __init__(self, models: dict[str | None, bytes], max_len: int, id_type: str):
+    def __init__(self, models: dict[str | None, bytes], max_len: int, id_type: str,
+                 pair_filter: PairFilter | None = None):
         self.models, self.max_len, self.id_type = models, max_len, id_type
+        self.pair_filter = pair_filter
         self._tokenizer = None
 
     def __getstate__(self) -> dict:
@@ -301,9 +324,17 @@ class _PairEncoder:
         src_len = np.where(empty, 0, [len(ids) for ids in src_ids]).astype(np.int32)
         tgt_len = np.where(empty, 0, [len(ids) for ids in tgt_ids]).astype(np.int32)
         keep = ~empty & (src_len <= self.max_len) & (tgt_len + 1 <= self.max_len)
+        columns = {}
+        if self.pair_filter is not None:
+            repeated = np.asarray(batch["repeated"], dtype=bool) if "repeated" in batch else None
+            codes = self.pair_filter.codes(src_texts, tgt_texts, src_len - 1, tgt_len, repeated)
+            codes[~keep] = KEPT  # empty and long pairs are counted as such, not as filtered
+            keep &= codes == KEPT
+            columns[FILTERED] = pa.array(codes)
         return pa.table({"src_ids": _list_array(src_ids, src_len, keep, self.id_type),
                          "tgt_ids": _list_array(tgt_ids, tgt_len, keep, self.id_type),
-                         "src_len": pa.array(src_len), "tgt_len": pa.array(tgt_len)})
+                         "src_len": pa.array(src_len), "tgt_len": pa.array(tgt_len),
+                         **columns})
 
 
 def _digest(models: dict[str | None, bytes]) -> dict[str, str]:
@@ -311,36 +342,45 @@ def _digest(models: dict[str | None, bytes]) -> dict[str, str]:
 
 
 def _corpus_key(source: SplitSource, models: dict[str | None, bytes], max_len: int,
-                limit: int | None) -> str:
+                limit: int | None, filters: dict[str, Any]) -> str:
+    """The entry's key; filters join it only when some are on, so an unfiltered split keeps
+    the key it had before filters existed (and the entries made then)."""
     return cache_key({"format": CACHE_FORMAT, "data": source.identity(), "split": source.split,
                       "languages": [source.src, source.tgt], "rows": limit, "max_len": max_len,
-                      "tokenizer": _digest(models)})
+                      "tokenizer": _digest(models), **({"filters": filters} if filters else {})})
 
 
 def _tokenize_into(folder: Path, key: str, source: SplitSource,
-                   models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None
-                   ) -> None:
+                   models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None,
+                   filters: dict[str, Any]) -> None:
     """Tokenize the split into the (empty) folder `folder`: Arrow files and their manifest."""
     ds = first_rows(source.rows, limit)
     procs = max(1, min(data_cfg.num_proc or os.cpu_count() or 1, len(ds) // ROWS_PER_PROCESS))
     id_type = _id_type(models)
-    table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type), batched=True,
+    pair_filter = PairFilter(filters, source.src, source.tgt) if filters else None
+    if "duplicates" in filters:  # over the whole split, before it is cut between processes
+        ds = ds.add_column("repeated", repeated_pairs(ds["src"], ds["tgt"]).tolist())
+    table = ds.map(_PairEncoder(models, data_cfg.max_len, id_type, pair_filter), batched=True,
                    batch_size=1000, num_proc=procs if procs > 1 else None,
-                   remove_columns=ds.column_names, features=_features(id_type),
+                   remove_columns=ds.column_names, features=_features(id_type, bool(filters)),
                    load_from_cache_file=False, cache_file_name=str(folder / "tokens.arrow"),
                    desc=None)
     files = [Path(entry["filename"]) for entry in table.cache_files]
     atomic_write_json(folder / "manifest.json", {
         "key": key, "format": CACHE_FORMAT, "rows": len(table), "max_len": data_cfg.max_len,
         "source": source.identity(), "split": source.split, "processes": procs,
+        **({"filters": filters} if filters else {}),
         "files": [{"name": path.name, "bytes": path.stat().st_size} for path in files]})
 
 
 def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_cfg: DataConfig,
-                    limit: int | None, root: Path, log: Log) -> TokenizedSplit:
-    """The split tokenized with `models`: from the cache when an intact entry exists, else
-    tokenized now with `data.num_proc` processes and cached."""
-    key = _corpus_key(source, models, data_cfg.max_len, limit)
+                    limit: int | None, root: Path, log: Log,
+                    filters: FilterConfig | None = None) -> TokenizedSplit:
+    """The split tokenized with `models` (and `filters` applied: training splits only): from
+    the cache when an intact entry exists, else tokenized now with `data.num_proc` processes
+    and cached."""
+    active = filters.active() if filters is not None else {}
+    key = _corpus_key(source, models, data_cfg.max_len, limit, active)
     folder = root / "corpora" / key
     split = open_entry(folder, key)
     if split is not None:
@@ -352,7 +392,7 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
     check_cache_writable(folder.parent)  # before the tokenizing
     started = time.perf_counter()
     write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
-                                                        limit),
+                                                        limit, active),
                 intact=lambda entry: open_entry(entry, key) is not None, log=log)
     split = open_entry(folder, key)
     if split is None:

@@ -12,6 +12,7 @@ leaves no run folder behind. Where the cache is and how an entry is written: `ca
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncli.core.config import Config
+from attncli.core.config import Config, Corpus, corpora_of
 from attncli.core.errors import AttncliError
 from attncli.data.cache import (
     CACHE_FORMAT,
@@ -32,6 +33,7 @@ from attncli.data.cache import (
     tokenized_split,
     write_entry,
 )
+from attncli.data.mixing import MixedCorpus, MixPart
 from attncli.data.sources import (
     ParallelText,
     SplitSource,
@@ -122,10 +124,15 @@ def sampled_texts(ds, size: int, max_bytes: int | None = None,
     return side_texts(tokenizer_sample(ds, size, max_bytes, seed))
 
 
-def _tokenizer_key(config: Config, source: SplitSource) -> str:
+def _tokenizer_key(config: Config, sources: list[SplitSource], limits: list[int | None]) -> str:
+    """What the tokenizer depends on: the corpora's data and row limits (one corpus: as before
+    mixes existed, so its cached tokenizer stays valid), never their weights or filters, so
+    changing those re-tokenizes nothing."""
     tok = config.tokenizer.model_dump(mode="json", exclude={"model_file"})
-    return cache_key({"format": CACHE_FORMAT, "data": source.identity(),
-                      "languages": [source.src, source.tgt], "rows": config.data.train_limit,
+    data, rows = ((sources[0].identity(), limits[0]) if len(sources) == 1
+                  else ([s.identity() for s in sources], limits))
+    return cache_key({"format": CACHE_FORMAT, "data": data,
+                      "languages": [sources[0].src, sources[0].tgt], "rows": rows,
                       "tokenizer": tok, "sample_seed": SAMPLE_SEED})
 
 
@@ -137,14 +144,15 @@ def _models_readable(folder: Path, joint: bool) -> bool:
     return True
 
 
-def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
-                      ) -> dict[str | None, bytes]:
+def prepare_tokenizer(config: Config, sources: list[SplitSource], limits: list[int | None],
+                      root: Path, log: Log) -> dict[str | None, bytes]:
     """The serialized tokenizer model(s) for a new run: `tokenizer.model_file`, a cached one
-    trained on the same data with the same settings, or one trained now (and cached)."""
+    trained on the same data with the same settings, or one trained now (and cached) on a
+    sample of every corpus's training pairs (`limits`: each one's train_limit)."""
     cfg = config.tokenizer
     if cfg.model_file:
         return model_file_bytes(cfg)
-    folder = root / "tokenizers" / _tokenizer_key(config, source)
+    folder = root / "tokenizers" / _tokenizer_key(config, sources, limits)
     try:  # the cached files are named as in a run folder
         models = run_models(folder, cfg.joint)
         log(f"tokenizer: reusing {folder}")
@@ -153,7 +161,8 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
         pass  # not cached yet, or damaged: train it
     check_cache_writable(folder.parent)  # before training a tokenizer
     trained: list[str] = []  # the log line, once this process has trained it
-    write_entry(folder, lambda staging: trained.append(_train_into(staging, config, source)),
+    write_entry(folder, lambda staging: trained.append(_train_into(staging, config, sources,
+                                                                   limits)),
                 intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
     models = run_models(folder, cfg.joint)
     log(f"{trained[0]} -> {folder}" if trained else
@@ -161,23 +170,37 @@ def prepare_tokenizer(config: Config, source: SplitSource, root: Path, log: Log
     return models
 
 
-def _train_into(staging: Path, config: Config, source: SplitSource) -> str:
-    """Train the tokenizer on a sample of the train split into `staging`; the log line."""
+def _train_into(staging: Path, config: Config, sources: list[SplitSource],
+                limits: list[int | None]) -> str:
+    """Train the tokenizer on a sample of the train splits into `staging`; the log line."""
     cfg, started = config.tokenizer, time.perf_counter()
-    ds = first_rows(source.rows, config.data.train_limit)
+    ds = _joined_rows(sources, limits)
+    source = sources[0]
+    names = " + ".join(s.name for s in sources)
     sample = tokenizer_sample(ds, cfg.sample_size, cfg.sample_bytes)
     texts = side_texts(sample)
     if len(ds) and not len(sample) and pair_bytes(ds).any():
         raise AttncliError(f"tokenizer.sample_bytes={cfg.sample_bytes:,} is smaller than any "
-                           f"pair of the train split of {source.name}")
+                           f"pair of the train split of {names}")
     if next(texts("src"), None) is None:
-        raise AttncliError(f"{source.files[0]}: the train split of {source.name} has no "
+        raise AttncliError(f"{source.files[0]}: the train split of {names} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
     install_models(models, staging)
     return (f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
             f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
             f"{cfg.sample_bytes:,} bytes) in {time.perf_counter() - started:.1f} s")
+
+
+def _joined_rows(sources: list[SplitSource], limits: list[int | None]):
+    """The training rows of every corpus, one after the other (one corpus: its own)."""
+    parts = [first_rows(source.rows, limit) for source, limit in zip(sources, limits,
+                                                                      strict=True)]
+    if len(parts) == 1:
+        return parts[0]
+    import datasets
+
+    return datasets.concatenate_datasets(parts)
 
 
 def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:
@@ -198,46 +221,149 @@ def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:
 
 
 @dataclass
-class TrainingData:
-    """What a training run reads: tokenizer model(s), the token caches, validation texts."""
+class ValSet:
+    """One validation set: its token cache (for the loss) and texts (for BLEU)."""
 
-    models: dict[str | None, bytes]
-    train: TokenizedSplit
+    name: str | None  # the corpus it belongs to in a mix; None: the run's one val set
     val: TokenizedSplit
     val_text: ParallelText
+
+
+@dataclass
+class TrainingData:
+    """What a training run reads: tokenizer model(s), the training pairs of every corpus
+    (mixed by weight), and the validation set(s)."""
+
+    models: dict[str | None, bytes]
+    train: MixedCorpus
+    vals: list[ValSet]
     name: str
+    corpora: list[Corpus]
+
+    @property
+    def mixed(self) -> bool:
+        return self.corpora[0].mixed
+
+    @property
+    def val(self) -> TokenizedSplit:
+        return self.vals[0].val
+
+    @property
+    def val_text(self) -> ParallelText:
+        return self.vals[0].val_text
+
+
+@contextlib.contextmanager
+def _about(corpus: Corpus) -> Iterator[None]:
+    """A mix's errors name the corpus they are about (one corpus: as they were)."""
+    try:
+        yield
+    except AttncliError as err:
+        if not corpus.mixed:
+            raise
+        raise AttncliError(f"corpus {corpus.name} (data.corpora, dataset "
+                           f"{corpus.data.dataset!r}): {err}") from None
+
+
+def _val_sets(config: Config, corpora: list[Corpus]) -> list[tuple[str | None, Corpus]]:
+    """Which val splits a run scores: each corpus's in a mix (unless data.val names one set),
+    else the one of data.val or the data set."""
+    if corpora[0].mixed and config.data.val is None:
+        return [(corpus.name, corpus) for corpus in corpora]
+    return [(None, corpora[0])]
 
 
 def prepare_training_data(config: Config, log: Log,
                           models: dict[str | None, bytes] | None = None) -> TrainingData:
-    """Check the sources, then get the tokenizer (`models`, else cached or trained) and the
-    tokenized train and val splits (cached or tokenized now). Nothing is written outside the
-    cache, so bad data leaves no run folder behind."""
+    """Check every corpus's sources, then get the tokenizer (`models`, else cached or
+    trained) and the tokenized train and val splits (cached or tokenized now). Nothing is
+    written outside the cache, so bad data leaves no run folder behind."""
     root = cache_root(config.data)  # only read when every entry is there (a read-only mount)
-    check_training_sources(config.data)
+    corpora = corpora_of(config.data)
+    train_sources = []
+    for corpus in corpora:
+        with _about(corpus):
+            check_training_sources(corpus.data)
+            train_sources.append(split_source(corpus.data, "train"))
     if config.data.test is not None:  # a typo would surface only at `attncli eval`
-        split_source(config.data, "test")
-    train_source = split_source(config.data, "train")
-    val_source = split_source(config.data, "val")
-    val_text = load_split(config.data, "val")
-    models = models or prepare_tokenizer(config, train_source, root, log)
+        split_source(corpora[0].data, "test")
+    val_texts = []
+    for name, corpus in _val_sets(config, corpora):
+        with _about(corpus):
+            val_texts.append((name, corpus, split_source(corpus.data, "val"),
+                              load_split(corpus.data, "val")))
+    limits = [corpus.data.train_limit for corpus in corpora]
+    models = models or prepare_tokenizer(config, train_sources, limits, root, log)
     if config.train.subword_alpha > 0:
         check_samplable(models.values())
-    train = tokenized_split(train_source, models, config.data, config.data.train_limit, root,
-                            log)
-    if not len(train):
-        raise AttncliError(f"{train_source.files[0]}: no training pairs fit "
-                           f"data.max_len={config.data.max_len}")
-    val = tokenized_split(val_source, models, config.data, None, root, log)
-    if not len(val):
-        raise AttncliError(f"{val_source.files[0]}: no validation pairs fit "
-                           f"data.max_len={config.data.max_len}")
-    return TrainingData(models, train, val, val_text, train_source.name)
+    parts = [MixPart(corpus.name, _train_split(corpus, source, models, root, log),
+                     corpus.weight) for corpus, source in zip(corpora, train_sources,
+                                                              strict=True)]
+    vals = []
+    for name, corpus, source, text in val_texts:
+        with _about(corpus):
+            val = tokenized_split(source, models, corpus.data, None, root, log)
+            if not len(val):
+                raise AttncliError(f"{source.files[0]}: no validation pairs fit "
+                                   f"data.max_len={config.data.max_len}")
+        vals.append(ValSet(name, val, text))
+    return TrainingData(models, MixedCorpus(parts), vals,
+                        " + ".join(source.name for source in train_sources), corpora)
+
+
+def _train_split(corpus: Corpus, source: SplitSource, models: dict[str | None, bytes],
+                 root: Path, log: Log) -> TokenizedSplit:
+    """One corpus's training split, tokenized and filtered (cached)."""
+    with _about(corpus):
+        split = tokenized_split(source, models, corpus.data, corpus.data.train_limit, root, log,
+                                corpus.filters)
+        if not len(split):
+            raise AttncliError(f"{source.files[0]}: no training pairs fit "
+                               f"data.max_len={corpus.data.max_len}"
+                               + (" and its filters" if corpus.filters.active() else ""))
+    return split
+
+
+def corpus_reports(data: TrainingData, max_len: int) -> list[dict]:
+    """What each corpus gave: pairs read, dropped (empty, too long, by each filter), kept,
+    weight, share of an epoch, licence. For train.log and the run folder's corpora.json."""
+    shares = data.train.shares()
+    reports = []
+    for part, corpus in zip(data.train.parts, data.corpora, strict=True):
+        split = part.split
+        reports.append({
+            "name": part.name, "dataset": corpus.data.dataset, "read": split.pairs_read,
+            "dropped": {"empty": split.dropped_empty, "too_long": split.dropped_long,
+                        **{name: count for name, count in split.dropped_by.items()
+                           if name in corpus.filters.active()}},
+            "kept": len(split), "weight": part.weight, "share": round(shares[part.name], 4),
+            "filters": corpus.filters.active(), "licence": corpus.licence})
+    return reports
+
+
+def report_line(report: dict, max_len: int) -> str:
+    """One corpus's report as a log line."""
+    said = {"empty": "empty", "too_long": f"over data.max_len={max_len}"}
+    dropped = ", ".join(f"{count:,} {said.get(why, 'by ' + why)}"
+                        for why, count in report["dropped"].items())
+    return (f"corpus {report['name']}: {report['read']:,} pairs read, dropped {dropped}; "
+            f"{report['kept']:,} kept, weight {report['weight']:g}: {report['share']:.1%} of an "
+            f"epoch's pairs")
 
 
 def prepare_command(config: Config) -> None:
     """`attncli prepare`: the data cache for `config`, each step printed as it finishes."""
     data = prepare_training_data(config, lambda line: print(line, flush=True))
+    if data.mixed:
+        for report in corpus_reports(data, config.data.max_len):
+            print(report_line(report, config.data.max_len))
     print(f"ready: {len(data.train):,} training pairs ({data.train.dropped_empty:,} empty and "
-          f"{data.train.dropped_long:,} over {config.data.max_len} tokens with EOS left out), "
-          f"{len(data.val):,} validation pairs")
+          f"{data.train.dropped_long:,} over {config.data.max_len} tokens with EOS left out"
+          f"{_filtered_said(data)}), "
+          f"{sum(len(v.val) for v in data.vals):,} validation pairs")
+
+
+def _filtered_said(data: TrainingData) -> str:
+    """', N by filters' when filters dropped any pairs."""
+    count = sum(sum(part.split.dropped_by.values()) for part in data.train.parts)
+    return f", {count:,} by filters" if count else ""

@@ -3,6 +3,8 @@ finding runs again.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
+      corpora.json                 a mix of corpora (data.corpora): what each gave (pairs read,
+                                   dropped by each filter, kept, weight, share) and its licence
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
       checkpoints/
         step-<N>/                  one folder per save, written whole (see checkpoints.py):
@@ -18,7 +20,8 @@ finding runs again.
       train.log                    the plain-text log
       curves.png                   training/validation loss and BLEU against steps
       tensorboard/                 the same events for TensorBoard (train.tensorboard)
-      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*)
+      eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*;
+                                   a mix: <split>-<corpus>.* for each corpus)
       ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default)
       .train.lock                  held by the `attncli train` using the run (`run_lock`)
 
@@ -104,6 +107,10 @@ class RunPaths:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
+
+    @property
+    def corpora(self) -> Path:
+        return self.root / "corpora.json"
 
     @property
     def log(self) -> Path:

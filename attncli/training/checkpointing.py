@@ -54,11 +54,12 @@ class RunState:
 
 
 def data_fingerprint(corpus) -> str:
-    """The training pairs' count and a hash of their length columns (`TokenizedSplit`): what
-    the data position indexes, as each epoch's batches are cut from the lengths and the seed."""
+    """The training pairs' count and a hash of their length columns (`MixedCorpus`), and a
+    mix's weights: what the data position indexes, as each epoch's batches are cut from the
+    lengths, the weights and the seed."""
     digest = hashlib.sha256(corpus.src_lens.tobytes())
     digest.update(corpus.tgt_lens.tobytes())
-    return f"{len(corpus):,} pairs, lengths {digest.hexdigest()[:16]}"
+    return f"{len(corpus):,} pairs, lengths {digest.hexdigest()[:16]}{corpus.describe()}"
 
 
 def state_record(state: RunState, cfg: TrainConfig, world: World, device: torch.device) -> dict:

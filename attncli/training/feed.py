@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from attncli.core.config import TrainConfig
-from attncli.data.batching import Batch, batch_loader, token_batches
+from attncli.data.batching import Batch, batch_loader
 from attncli.data.subwords import SubwordSampler
 from attncli.training.distributed import World
 
@@ -40,7 +40,8 @@ class UpdateFeed:
 
     def __init__(self, corpus, cfg: TrainConfig, world: World, pad_multiple: int, workers: int,
                  device: torch.device, sampler: SubwordSampler | None = None):
-        """`corpus`: the training split's `TokenizedSplit` (length columns, `collate`);
+        """`corpus`: the training pairs' `mixing.MixedCorpus` (length columns, each epoch's
+        batches, `collate`);
         `sampler`: re-segments each batch (subword regularization), None to keep the cache's."""
         self.corpus, self.cfg, self.world = corpus, cfg, world
         self.pad_multiple, self.workers, self.device = pad_multiple, workers, device
@@ -54,10 +55,8 @@ class UpdateFeed:
         which takes seconds on millions of pairs.
         """
         if self._epoch_order[0] != epoch:
-            corpus = self.corpus
-            self._epoch_order = (epoch, token_batches(
-                corpus.src_lens, corpus.tgt_lens, self.cfg.batch_tokens, self.cfg.seed, epoch,
-                self.pad_multiple))
+            self._epoch_order = (epoch, self.corpus.epoch_batches(
+                self.cfg.batch_tokens, self.cfg.seed, epoch, self.pad_multiple))
         return self._epoch_order[1]
 
     def _schedule(self, epoch: int, batch_index: int

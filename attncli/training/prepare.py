@@ -15,9 +15,9 @@ import torch
 
 from attncli.core.config_files import save_config
 from attncli.core.errors import AttncliError
-from attncli.core.files import check_writable
+from attncli.core.files import atomic_write_json, check_writable
 from attncli.data.batching import padding_share
-from attncli.data.corpus import prepare_training_data
+from attncli.data.corpus import corpus_reports, prepare_training_data, report_line
 from attncli.data.tokenizer import install_models, model_sides, run_models
 from attncli.runs.layout import RunPaths, create_run_dir, default_run_name
 from attncli.training.distributed import World
@@ -59,6 +59,8 @@ def _prepare_on_primary(config, resumed: RunPaths | None, config_path, name: str
         paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
         save_config(config, paths.config)
         install_models(data.models, paths.root)
+        if data.mixed:
+            atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
         return data, paths
     joint = config.tokenizer.joint
     if not never_saved(resumed):
@@ -91,11 +93,25 @@ def banner(reporter, trainer, data) -> None:
         f"{corpus.dropped_long} over {trainer.config.data.max_len} tokens with EOS dropped); "
         f"{len(batches)} batches per epoch, {share:.1%} padding (lengths rounded up to "
         f"multiples of {multiple}); {trainer.feed.workers} batch worker(s)")
+    if data.mixed:
+        reporter.line(f"  an epoch: {sum(len(b) for b in batches):,} pairs by the corpora's "
+                      f"weights")
+        _corpora_lines(reporter, data, trainer.config.data.max_len)
     reporter.set_total(planned_updates(trainer.cfg, len(batches)))
     reporter.line(
         f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
         f"({trainer.precision}, {torch.get_num_threads()} threads)"
         + (f"; {processes} processes share each update" if processes > 1 else ""))
+
+
+def _corpora_lines(reporter, data, max_len: int) -> None:
+    """A mix's corpora, what each gave, and their licences (run folder: corpora.json)."""
+    reports = corpus_reports(data, max_len)
+    for report in reports:
+        reporter.line("  " + report_line(report, max_len))
+    for report in reports:
+        if report["licence"]:
+            reporter.line(f"  licence of {report['name']}: {report['licence']}")
 
 
 def planned_updates(cfg, batches_per_epoch: int) -> int | None:

@@ -33,6 +33,9 @@ class TensorBoardLog:
     def __call__(self, record: dict[str, Any]) -> None:
         for figure in SCALARS.get(record.get("event"), ()):
             self.writer.add_scalar(f"{record['event']}/{figure}", record[figure], record["step"])
+        for corpus, figures in record.get("corpora", {}).items():  # a mix's val sets
+            for figure, value in figures.items():
+                self.writer.add_scalar(f"val_{corpus}/{figure}", value, record["step"])
         if record.get("event") == "examples":  # the text panel, a table per validation
             self.writer.add_text("examples", examples_table(record["examples"]), record["step"])
         self.writer.flush()

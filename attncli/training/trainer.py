@@ -44,7 +44,7 @@ from attncli.training.resume_rules import (
 from attncli.training.schedule import due
 from attncli.training.step import compile_loss, train_step
 from attncli.training.stops import SIGNAL_ECHO_S, StopReason, StopSignal, Stopwatch
-from attncli.training.validate import Validator, translate_examples
+from attncli.training.validate import Validators, translate_examples
 
 
 class Trainer:
@@ -93,9 +93,9 @@ class Trainer:
                           resolve_workers(self.cfg.workers, self.device), self.device, sampler)
 
     @cached_property
-    def validator(self) -> Validator:
-        return Validator(self.config, self.model, self.tokenizer, self.data, self.device,
-                         self.precision, self.state.pad_multiple, self.world)
+    def validators(self) -> Validators:
+        return Validators(self.config, self.model, self.tokenizer, self.data, self.device,
+                          self.precision, self.state.pad_multiple, self.world)
 
     def resume(self) -> Path:
         """Continue from the `last` checkpoint (strictly loaded); returns its folder."""
@@ -231,21 +231,31 @@ class Trainer:
     # -- validation and saving -----------------------------------------------------------------
 
     def validate(self) -> bool:
-        """Score val, keep the best, redraw the curves; True when patience is exhausted."""
-        state, scores = self.state, self.validator.score()
+        """Score val (each corpus's in a mix), keep the best (by the deciding set's BLEU),
+        redraw the curves; True when patience is exhausted."""
+        state, validators = self.state, self.validators
+        by_set = validators.score()
+        scores = by_set[validators.deciding]
         state.last_validated = state.step
         improved = scores.bleu > state.best_bleu
         if improved:
             state.best_bleu, state.best_step, state.bad_validations = scores.bleu, state.step, 0
         else:
             state.bad_validations += 1
+        per_corpus = {"corpora": {name: {"val_loss": round(s.loss, 6),
+                                         "val_bleu": round(s.bleu, 3)}
+                                  for name, s in by_set.items()}} if len(by_set) > 1 else {}
         self.metrics.write({"event": "val", "step": state.step, "epoch": self.trained_epoch,
                             "val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
-                            "seconds": round(state.elapsed, 2)})
-        self.reporter.line(f"validation step {state.step} ({self.validator.pairs}): val loss "
-                           f"{scores.loss:.4f}, greedy BLEU {scores.bleu:.2f}"
-                           f"{' (best)' if improved else ''} [loss {scores.loss_seconds:.1f} s, "
-                           f"BLEU {scores.bleu_seconds:.1f} s]")
+                            "seconds": round(state.elapsed, 2), **per_corpus})
+        for name, set_scores in by_set.items():
+            best = " (best)" if improved and name == validators.deciding else ""
+            which = "" if name is None else (f"{name}, " + ("deciding, " if name ==
+                                                             validators.deciding else ""))
+            self.reporter.line(
+                f"validation step {state.step} ({which}{validators.by_name[name].pairs}): val "
+                f"loss {set_scores.loss:.4f}, greedy BLEU {set_scores.bleu:.2f}{best} [loss "
+                f"{set_scores.loss_seconds:.1f} s, BLEU {set_scores.bleu_seconds:.1f} s]")
         if self.world.primary:
             self._show_examples()
             plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)

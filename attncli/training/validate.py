@@ -1,4 +1,5 @@
-"""Scoring the model on the validation split while training: loss and greedy BLEU."""
+"""Scoring the model on the validation split(s) while training: loss and greedy BLEU (a mix of
+corpora: each corpus's val split, one of which decides best and patience)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from attncli.core.config import deciding_corpus
 from attncli.core.device import autocast, compute_dtype, resolve_decode_precision
 from attncli.core.text import PAD_ID
 from attncli.data.batching import token_batches
@@ -34,11 +36,11 @@ class ValScores:
 
 
 class Validator:
-    """Scores the val split; with several processes each scores its share and they sum."""
+    """Scores one val split; with several processes each scores its share and they sum."""
 
     def __init__(self, config, model: nn.Module, tokenizer, data, device: torch.device,
                  precision: str, pad_multiple: int, world: World):
-        """`data`: the `corpus.TrainingData` (val token cache and val texts)."""
+        """`data`: a `corpus.ValSet` (val token cache and val texts)."""
         self.config, self.model, self.tokenizer = config, model, tokenizer
         self.device, self.precision, self.pad_multiple = device, precision, pad_multiple
         self.world, self.corpus = world, data.val
@@ -97,6 +99,32 @@ class Validator:
         return corpus_scores(hyps, self.ref, self.config.data.tgt)["bleu"]
 
 
+class Validators:
+    """A run's val sets (`corpus.TrainingData.vals`), each with its `Validator`; `deciding`
+    names the one whose BLEU chooses best and counts patience (None: the run's one set)."""
+
+    def __init__(self, config, model: nn.Module, tokenizer, data, device: torch.device,
+                 precision: str, pad_multiple: int, world: World):
+        self.deciding = deciding_val_set(config, data).name
+        self.by_name = {val_set.name: Validator(config, model, tokenizer, val_set, device,
+                                                precision, pad_multiple, world)
+                        for val_set in data.vals}
+
+    def score(self) -> dict[str | None, ValScores]:
+        """Every set's scores, the deciding one first."""
+        names = sorted(self.by_name, key=lambda name: name != self.deciding)
+        return {name: self.by_name[name].score() for name in names}
+
+
+def deciding_val_set(config, data):
+    """The `corpus.ValSet` that decides best and patience (the run's only one, or the mix's
+    deciding corpus's)."""
+    if len(data.vals) == 1:
+        return data.vals[0]
+    deciding = deciding_corpus(config.data)
+    return next(val_set for val_set in data.vals if val_set.name == deciding)
+
+
 def translate_examples(config, model: nn.Module, tokenizer, device: torch.device) -> list[str]:
     """`train.examples` translated as `attncli translate` would (decode.beam and the decode
     settings, eval's precision). No random number is drawn (the model is in eval mode and the
@@ -119,7 +147,8 @@ def score_weights(trainer: Any, weights: dict[str, torch.Tensor],
         model = build_model(trainer.config, trainer.tokenizer)
     load_state_dict_strictly(model, weights, source or trainer.paths.averaged)
     validator = Validator(trainer.config, model.to(trainer.device), trainer.tokenizer,
-                          trainer.data, trainer.device, trainer.precision,
+                          deciding_val_set(trainer.config, trainer.data), trainer.device,
+                          trainer.precision,
                           trainer.state.pad_multiple, World())
     return validator.score()
 
