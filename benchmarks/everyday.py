@@ -1,6 +1,6 @@
 """Everyday sentences through a run: what someone who types "Hello, how are you?" gets back.
 
-    python benchmarks/everyday.py runs/m30k [--checkpoint auto|best|...] [--target de|zh] [--beam 5]
+    python benchmarks/everyday.py runs/m30k [--checkpoint auto|best|...] [--target de|zh|en]
     python benchmarks/everyday.py runs/en-zh --sentences FILE          # one sentence a line
     python benchmarks/everyday.py runs/en-zh --from-jsonl ../shared/data/tatoeba-en-zh/test.jsonl \\
         --key en --limit 200
@@ -8,23 +8,25 @@
 
 Corpus scores on a test split say little about the short, conversational input a user tries
 first, nor about outputs that say one phrase over and over. With the list (`everyday.tsv`, next
-to this file: columns en, de, de_accepted, zh, zh_accepted) this prints a markdown table
-(source, output, reference, sentence chrF, right or not, in the run's training data or not),
+to this file: columns en, de, de_accepted, zh, zh_accepted, en_accepted) this prints a markdown
+table (source, output, reference, sentence chrF, right or not, in the run's training data or not),
 corpus chrF (sacreBLEU), how many outputs are right, and how many outputs repeat a word 3-gram.
 Words are split on whitespace; for Chinese, Japanese and Korean they are characters. With
 `--sentences` or `--from-jsonl` only the repetition counts are printed. Translation goes the
 way `attncli translate` goes (`runs.trained.load_for_decoding`, `encode_sources`, `decode_ids`,
-`decode_tgt`).
+`decode_tgt`). A run from Chinese (configs/zh-en.yaml) translates the `zh` column and is judged
+against `en` and `en_accepted` (written before any zh-en output existed).
 
 A row is "right" when its output equals the reference or one of the variants in the
 `<target>_accepted` column (`|`-separated), punctuation and spaces aside; the variants were
-written before any output was read. Sentences whose English is in the run's own training split
+written before any output was read. Sentences whose source is in the run's own training splits
 (lower-cased, punctuation removed, exact match) are counted apart: a model that answers them
 recalls, one that answers the others translates.
 
 `--check-overlap` lists the list's English sentences that occur in a Multi30k split or in the
-Tatoeba en-zh or en-de train split (lower-cased, punctuation removed, exact match), and exits
-1 if any (4 of the 17 are in tatoeba-en-de's train split: docs/benchmarks.md).
+Tatoeba en-zh, Tatoeba en-de or DailyDialog en-zh train split (lower-cased, punctuation removed,
+exact match), and exits 1 if any (4 of the 17 are in tatoeba-en-de's train split:
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from attncli.core.config import Config
+from attncli.core.config import Config, corpora_of
+from attncli.core.config_files import load_config
 from attncli.core.errors import AttncliError, run_reporting
 from attncli.core.text import base_language
 from attncli.data.sources import open_split, split_source
@@ -49,7 +52,8 @@ LIST = Path(__file__).with_name("everyday.tsv")
 CJK = ("zh", "ja", "ko")
 # Training corpora whose overlap with the list is reported (under $ATTNCLI_DATA_DIR).
 CORPORA = ("multi30k/train.jsonl", "multi30k/val.jsonl", "multi30k/test.jsonl",
-           "tatoeba-en-zh/train.jsonl", "tatoeba-en-de/train.jsonl")
+           "tatoeba-en-zh/train.jsonl", "tatoeba-en-de/train.jsonl",
+           "dailydialog-en-zh/train.jsonl")
 
 
 def normalise(text: str, lower: bool = False) -> str:
@@ -80,13 +84,15 @@ def translate(args: argparse.Namespace, texts: list[str]) -> tuple[list[str], Co
 
 
 def seen_in_training(config: Config, sentences: list[str]) -> list[bool] | None:
-    """Whether each sentence's English is in the run's training split (None: the split is not
-    found here, e.g. ATTNCLI_DATA_DIR unset)."""
-    try:
-        rows = open_split(split_source(config.data, "train"))
-    except AttncliError:
-        return None
-    known = {normalise(text or "", lower=True) for text in rows["src"]}
+    """Whether each source sentence is in the run's training split(s), every corpus of a mix
+    (None: a split is not found here, e.g. ATTNCLI_DATA_DIR unset)."""
+    known = set()
+    for corpus in corpora_of(config.data):
+        try:
+            rows = open_split(split_source(corpus.data, "train"))
+        except AttncliError:
+            return None
+        known |= {normalise(text or "", lower=True) for text in rows["src"]}
     return [normalise(sentence, lower=True) in known for sentence in sentences]
 
 
@@ -115,19 +121,25 @@ def score_list(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
 
     with LIST.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    outputs, config = translate(args, [row["en"] for row in rows])
-    target = args.target or base_language(config.data.tgt)
-    if target not in rows[0]:
-        parser.error(f"--target {target}: {LIST.name} has references in de and zh only")
+    run_config = load_config(Path(args.run) / "config.yaml")
+    source = base_language(run_config.data.src)
+    if source not in ("en", "zh"):
+        parser.error(f"{args.run}: translates from {source}; {LIST.name} has sources in en and "
+                     f"zh only")
+    target = args.target or base_language(run_config.data.tgt)
+    if target not in rows[0] or target == source:
+        parser.error(f"--target {target}: {LIST.name} has references in de, zh and en only")
+    sources = [row[source] for row in rows]
+    outputs, config = translate(args, sources)
     refs, chrf = [row[target] for row in rows], CHRF()
     right = [is_right(out, row, target) for out, row in zip(outputs, rows, strict=True)]
-    seen = seen_in_training(config, [row["en"] for row in rows])
+    seen = seen_in_training(config, sources)
     print("| # | source | output | reference | chrF | right | in training |\n"
           "| --- | --- | --- | --- | ---: | --- | --- |")
-    for i, (row, out, ref) in enumerate(zip(rows, outputs, refs, strict=True)):
+    for i, (out, ref) in enumerate(zip(outputs, refs, strict=True)):
         score = chrf.sentence_score(out, [ref]).score
         known = "?" if seen is None else "yes" if seen[i] else "no"
-        print(f"| {i + 1} | {_cell(row['en'])} | {_cell(out)} | {_cell(ref)} | {score:.1f} | "
+        print(f"| {i + 1} | {_cell(sources[i])} | {_cell(out)} | {_cell(ref)} | {score:.1f} | "
               f"{'yes' if right[i] else 'no'} | {known} |")
     corpus = corpus_scores(outputs, refs, target)
     print(f"\ncorpus chrF {corpus['chrf']:.1f} ({corpus['chrf_signature']})")
@@ -175,7 +187,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", nargs="?", help="a run folder (not needed for --check-overlap)")
     parser.add_argument("--checkpoint", default="auto")
-    parser.add_argument("--target", choices=("de", "zh"),
+    parser.add_argument("--target", choices=("de", "zh", "en"),
                         help="the reference column (default: the run's target language)")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",

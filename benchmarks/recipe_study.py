@@ -21,8 +21,11 @@ from pathlib import Path
 
 import yaml
 
+from attncli.evaluate import eval_reports
+
 COLUMNS = ("run", "CPU", "seed", "updates", "best val (greedy)", "averaged val (greedy)",
-           "test BLEU (beam 5)", "test chrF", "checkpoint")
+           "each corpus's last val (a mix)", "test BLEU (beam 5; a mix: each corpus's)",
+           "test chrF", "checkpoint")
 
 
 def cpu_kind() -> str:
@@ -37,7 +40,8 @@ def cpu_kind() -> str:
 
 def train_and_eval(config: Path, runs_dir: Path, name: str, overrides: list[str],
                    minutes: float) -> Path:
-    """One variant: trained for `minutes`, then `attncli eval` (writes RUN/eval/test.json)."""
+    """One variant: trained for `minutes`, then `attncli eval` (writes RUN/eval/test.json, or
+    test-<corpus>.json for each corpus of a mix)."""
     run = runs_dir / name
     sets = [f"train.max_minutes={minutes}", *overrides]
     command = [sys.executable, "-m", "attncli", "train", str(config), "--runs-dir",
@@ -55,13 +59,17 @@ def row(run: Path, cpu: str) -> list[str]:
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     vals = [e for e in events if e["event"] == "val"]
     averaged = next((e for e in reversed(events) if e["event"] == "averaged"), None)
-    test = json.loads((run / "eval" / "test.json").read_text())
+    tests = eval_reports(run)
     seed = yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"]
     best = max(vals, key=lambda e: e["val_bleu"])
+    last = vals[-1].get("corpora", {})  # a mix: each corpus's greedy BLEU at the end
     return [run.name, cpu, str(seed), f"{vals[-1]['step']:,}",
             f"{best['val_bleu']:.2f} (step {best['step']:,})",
             "" if averaged is None else f"{averaged['val_bleu']:.2f}",
-            f"{test['bleu']:.2f}", f"{test['chrf']:.2f}", test["checkpoint"]]
+            " / ".join(f"{name} {v['val_bleu']:.2f}" for name, v in last.items()),
+            " / ".join(f"{t['bleu']:.2f}" for t in tests.values()),
+            " / ".join(f"{t['chrf']:.2f}" for t in tests.values()),
+            next(iter(tests.values()))["checkpoint"]]
 
 
 def main() -> None:
