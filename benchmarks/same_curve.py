@@ -3,8 +3,9 @@
 Runs `attncli train configs/small.yaml` (or `--config`) for a few updates with
 `train.log_every=1` from this tree and from a git commit (checked out with `git archive` into a
 temporary folder), once per precision asked, and compares every figure of metrics.jsonl that
-is not a timing: loss, learning rate and gradient norm at each update, validation loss and
-BLEU at the end. A refactor that claims "behaviour unchanged" must show 0 differences here.
+is not a timing or a memory figure: loss, learning rate and gradient norm at each update,
+validation loss and BLEU at the end. A refactor that claims "behaviour unchanged" must show 0
+differences here.
 
     ATTNCLI_DATA_DIR=../shared/data python benchmarks/same_curve.py --ref HEAD~3
     python benchmarks/same_curve.py --ref HEAD~3 --precision fp32 --precision bf16 --steps 20
@@ -27,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-TIMINGS = {"tokens_per_s", "seconds"}
+TIMINGS = {"tokens_per_s", "seconds", "rss_mb", "cuda_peak_mb"}  # and memory: not arithmetic
 
 
 def checkout(ref: str, into: Path) -> Path:

@@ -263,6 +263,8 @@ def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
     for row in (ours, peer):
         assert row["tgt_tokens_per_s"] > 0 and row["mfu"] > 0
         assert len(row["step"]["times_ms"]) == 2 and row["step"]["peak_mem_bytes"] > 0
+        # the process holds all the allocator held, and torch's libraries besides
+        assert row["process_peak_rss_bytes"] > row["step"]["peak_mem_bytes"]
     assert suite["ours_over_peer"] == pytest.approx(
         ours["tgt_tokens_per_s"] / peer["tgt_tokens_per_s"])
     assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +21,7 @@ from helpers import (
 )
 
 from attncli.core.device import cpu_supports_bf16, resolve_pad_multiple
+from attncli.training.figures import memory_fields
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,28 @@ def test_metrics_have_train_and_validation_events(runs):
     assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
     assert {"step", "epoch", "loss", "lr", "tokens_per_s", "seconds"} <= train[0].keys()
     assert len(val) == 1 and {"val_loss", "val_bleu", "step"} <= val[0].keys()
+
+
+def test_each_log_line_shows_the_resident_memory_and_the_end_its_peak(runs):
+    """The figures of a user's system monitor: each train event's `rss_mb`, at most the peak
+    the log's last lines print (rounded to 0.01 GB there)."""
+    log = (runs / "straight" / "train.log").read_text().splitlines()
+    steps = [line for line in log if line.startswith("step ")]
+    assert steps and all(re.search(r" \| RSS \d+\.\d\d GB$", line) for line in steps)
+    logged = [r["rss_mb"] for r in metrics(runs / "straight") if r["event"] == "train"]
+    assert len(logged) == 6 and all(mb > 50 for mb in logged)  # torch alone is more
+    [peak_line] = [line for line in log if line.startswith("peak memory: ")]
+    peak_gb = float(re.match(r"peak memory: (\d+\.\d\d) GB resident", peak_line)[1])
+    assert max(logged) <= peak_gb * 1000 + 5
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux's /proc")
+def test_the_logged_memory_is_what_the_kernel_says():
+    """`rss_mb` against /proc/self/status's VmRSS (the kernel's own line, not statm's pages)."""
+    status = Path("/proc/self/status").read_text(encoding="ascii").splitlines()
+    vm_rss = next(line for line in status if line.startswith("VmRSS:"))
+    kernel_mb = int(vm_rss.split()[1]) * 1024 / 1e6
+    assert memory_fields()["rss_mb"] == pytest.approx(kernel_mb, rel=0.1)
 
 
 def test_same_seed_same_config_gives_identical_loss_curve(runs):

@@ -76,7 +76,8 @@ def render_attention(result: dict[str, Any], warmup: int, repeats: int) -> list[
 def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[RenderableType]:
     cells = [[row["model"], f"{row['parameters'] / 1e6:.2f}M", _fmt(row["step"]["median_ms"]),
               _fmt(row["tgt_tokens_per_s"]), _fmt(row["model_tflops"]),
-              f"{100 * row['mfu']:.1f}%", _mib(row["step"]["peak_mem_bytes"])]
+              f"{100 * row['mfu']:.1f}%", _mib(row["step"]["peak_mem_bytes"]),
+              _mib(row["process_peak_rss_bytes"])]
              for row in result["rows"]]
     b = result["batches"]
     notes = [
@@ -90,9 +91,10 @@ def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
         f"MFU = model FLOP/s / peak {result['peak_tflops']:.3g} TFLOP/s "
         f"({result['peak_source']}); model FLOPs: {result['flops_convention']}",
         f"peak MiB: {result['memory_method']}",
+        f"process peak MiB: {result['process_memory_method']}",
     ]
     headers = ["model", "params", "step\nms", "tgt\ntok/s", "model\nTFLOP/s", "MFU",
-               "peak\nMiB"]
+               "peak\nMiB", "process\npeak MiB"]
     return _table("train step", headers, cells, notes)
 
 

@@ -14,6 +14,7 @@ from attncli.bench.peer import TorchTransformerPeer
 from attncli.bench.timing import MEMORY_METHOD, Timing, measure
 from attncli.core.config import Config
 from attncli.core.device import resolve_pad_multiple
+from attncli.core.memory import peak_resident_bytes
 from attncli.core.text import EOS_ID, PAD_ID
 from attncli.data.batching import Batch, collate, token_batches
 from attncli.model.transformer import Seq2SeqTransformer
@@ -22,6 +23,11 @@ from attncli.training.optim import make_optimizer
 from attncli.training.step import train_step
 
 SENTENCE_LENGTHS = (20, 30)  # synthetic sentences: subwords, like a typical Multi30k pair
+FLOPS_CONVENTION = ("3 x forward model FLOPs (see attncli.bench.seq2seq_forward_flops): matmuls "
+                    "of projections, feed-forward, output layer and attention over real tokens")
+PROCESS_MEMORY_METHOD = ("the bench process's peak resident memory so far (getrusage ru_maxrss), "
+                         "after the row's timing: what a system monitor sees, libraries and "
+                         "earlier rows included")
 
 
 def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
@@ -96,30 +102,33 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
             "tgt_tokens_per_s": _median(tokens_per_s),
             "model_tflops": _median(flops_per_s) / 1e12,
             "mfu": _median(flops_per_s) / peak_flops,
+            "process_peak_rss_bytes": peak_resident_bytes(),
         })
         del model
     return {
         "config_model": cfg.model.model_dump(mode="json"),
         "vocab": vocab,
         "batch_tokens": cfg.train.batch_tokens,
-        "batches": [{"sentences": b.src.size(0), "tgt_tokens": b.num_tgt_tokens,
-                     "src_tokens": b.num_src_tokens, "padded_tgt_len": b.tgt_out.size(1)}
-                    for b in batches],
+        "batches": [_batch_shape(b) for b in batches],
         "precision": precision,
         "warmup_steps": warmup_steps,
         "optimizer": "AdamW (attncli.training.optim.make_optimizer)",
         "compile": False,
         "peak_tflops": peak_flops / 1e12,
         "peak_source": peak_source,
-        "flops_convention": "3 x forward model FLOPs (see attncli.bench.seq2seq_forward_flops): "
-                            "matmuls of projections, feed-forward, output layer and attention "
-                            "over real tokens",
+        "flops_convention": FLOPS_CONVENTION,
         "memory_method": MEMORY_METHOD[device.type],
+        "process_memory_method": PROCESS_MEMORY_METHOD,
         "rows": rows,
         "ours_over_peer": (None if peer_skipped
                            else rows[0]["tgt_tokens_per_s"] / rows[1]["tgt_tokens_per_s"]),
         "peer_skipped": peer_skipped,
     }
+
+
+def _batch_shape(batch: Batch) -> dict[str, int]:
+    return {"sentences": batch.src.size(0), "tgt_tokens": batch.num_tgt_tokens,
+            "src_tokens": batch.num_src_tokens, "padded_tgt_len": batch.tgt_out.size(1)}
 
 
 def _timed_models(peer_skipped: str | None) -> list[tuple[str, type]]:

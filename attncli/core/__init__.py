@@ -14,4 +14,5 @@ reading order:
     console.py       standard output that may not be UTF-8, JSON lines, the training display
     plots.py         learning curves and attention heatmaps as PNG
     malloc.py        glibc malloc tuning, before any command runs
+    memory.py        the process's resident memory, now and at its peak, for logs and bench
 """

@@ -13,12 +13,16 @@ def keep_freed_memory() -> None:
     Why: a training step frees and re-allocates the same activation buffers every time, and
     glibc's default mmap()s for large blocks made it page-fault them in anew each step
     (benchmarks/MEASUREMENTS.md). Blocks up to 32 MiB (glibc's ceiling) then come from the heap
-    and are reused. A no-op where the C library is not glibc.
+    and are reused. A no-op where the C library is not glibc, or where
+    ATTNCLI_KEEP_FREED_MEMORY=0 (glibc's defaults, which benchmarks/memory_growth.py compares).
     """
     import ctypes
     import ctypes.util
+    import os
     import platform
 
+    if os.environ.get("ATTNCLI_KEEP_FREED_MEMORY") == "0":
+        return
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return
     try:

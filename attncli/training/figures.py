@@ -10,6 +10,7 @@ import torch
 
 from attncli.core.config import TrainConfig
 from attncli.core.console import Reporter
+from attncli.core.memory import megabytes, resident_bytes
 from attncli.runs.metrics import MetricsLog
 from attncli.training.distributed import World
 from attncli.training.schedule import due
@@ -92,7 +93,7 @@ class UpdateFigures:
                   "loss": window.loss / window.steps, "lr": lr,
                   "tokens_per_s": round(window.tokens / max(now - window.start, 1e-9), 1),
                   "grad_norm": round(grad_norm, 4), "seconds": round(now, 2),
-                  "label_smoothing": self.cfg.label_smoothing,
+                  "label_smoothing": self.cfg.label_smoothing, **memory_fields(),
                   **({"includes_startup": True} if self.started_here else {})}
         startup = " (incl. start-up)" if self.started_here else ""
         self.started_here = False
@@ -101,4 +102,23 @@ class UpdateFigures:
         smoothed = f" (ls {self.cfg.label_smoothing:g})" if self.cfg.label_smoothing else ""
         self.reporter.line(
             f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f}{smoothed} | lr "
-            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s{startup} | {now:,.0f} s")
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s{startup} | {now:,.0f} s | "
+            f"{memory_text(record)}")
+
+
+def memory_fields() -> dict:
+    """The process's resident memory now (`rss_mb`) and, where CUDA is in use, the most its
+    allocator has held (`cuda_peak_mb`): the memory figures of a train event."""
+    fields = {"rss_mb": megabytes(resident_bytes())}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        fields["cuda_peak_mb"] = megabytes(torch.cuda.max_memory_allocated())
+    return fields
+
+
+def memory_text(record: dict) -> str:
+    """A train event's memory as the log line shows it: 'RSS 1.02 GB' (and CUDA's peak)."""
+    rss = record["rss_mb"]
+    text = "RSS unknown" if rss is None else f"RSS {rss / 1000:.2f} GB"
+    if "cuda_peak_mb" in record:
+        text += f", CUDA peak {record['cuda_peak_mb'] / 1000:.2f} GB"
+    return text

@@ -16,6 +16,7 @@ import torch
 from attncli.core.console import Reporter
 from attncli.core.device import resolve_pad_multiple, resolve_precision
 from attncli.core.errors import AttncliError
+from attncli.core.memory import gigabytes_text, peak_resident_bytes
 from attncli.core.plots import plot_curves
 from attncli.data.batching import resolve_workers
 from attncli.data.subwords import SubwordSampler
@@ -199,6 +200,7 @@ class Trainer:
         end = due(self.cfg, self.state.step, reason)
         if reason is StopReason.SIGNAL:
             self.save(end.end_save)  # a no-op where this step was saved as due
+            self.reporter.line(peak_memory_line())
             return stop.name or "SIGTERM"  # the signal reached another process
         if self.state.last_validated != self.state.step:  # patience validated it already
             if end.end_validate:  # not scheduled: a run extended later forgets it
@@ -212,6 +214,7 @@ class Trainer:
         if stop.name is not None:
             self.reporter.line(f"{stop.name} came while the run was ending: its end (validation, "
                                f"save, averaging) was finished first")
+        self.reporter.line(peak_memory_line())
         return None
 
     def _refuse_nonfinite_weights(self, reason: StopReason) -> None:
@@ -284,3 +287,13 @@ class Trainer:
         save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
                  self.device, self.fingerprint, between)
         self.saved_step = self.state.step
+
+
+def peak_memory_line() -> str:
+    """The end of a run's log: the most resident memory the process has held, which every
+    logged `rss_mb` is at most (preparation in the same process, the tokenizer's training
+    included)."""
+    line = f"peak memory: {gigabytes_text(peak_resident_bytes())} resident (this process)"
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        line += f", CUDA peak allocated {torch.cuda.max_memory_allocated() / 1e9:.2f} GB"
+    return line
