@@ -92,14 +92,16 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first, not counted")
     parser.add_argument("--set", action="append", default=[], dest="settings")
     args = parser.parse_args()
+    config = args.config.resolve()  # the runs' working folder is a temporary one
     settings = [f"train.max_steps={args.steps}", "train.tensorboard=false", *args.settings]
     results: dict[str, list[RunFigures]] = {"ref": [], "here": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         other = checkout(args.ref, Path(tempfile.mkdtemp(dir=work)))
         for round_ in range(args.warmup + args.pairs):
-            pair = {"ref": train_once(other, args.config, settings, work),
-                    "here": train_once(HERE, args.config, settings, work)}
+            trees = {"ref": other, "here": HERE}
+            order = ["ref", "here"] if round_ % 2 == 0 else ["here", "ref"]  # alternate who starts
+            pair = {name: train_once(trees[name], config, settings, work) for name in order}
             counted = round_ >= args.warmup
             if counted:
                 for name, figures in pair.items():
