@@ -294,9 +294,11 @@ def bench(
 
 def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
-    from attncli.core.malloc import keep_freed_memory  # here: torch-free start-up
+    from attncli.core.kernel_caches import bound_kernel_caches  # here: torch-free start-up
+    from attncli.core.malloc import keep_freed_memory
 
     keep_freed_memory()
+    bound_kernel_caches()
     _escape_what_stdout_cannot_encode()
     try:
         code = app(standalone_mode=False)  # usage errors come here, said in one line below

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 from helpers import SMALL, assert_one_line_error, run_cli
 
 from attncli import __version__
+from attncli.core.kernel_caches import IDEEP_CACHE_VARIABLE, KERNEL_CACHE_BOUNDS
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -87,3 +89,20 @@ def test_a_device_this_machine_lacks_is_one_line(device, expected, data_dir, tmp
                      data_dir=data_dir)
     assert_one_line_error(result, expected)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("user_setting", [None, "512"])
+def test_kernel_cache_bound_is_set_before_torch_loads_and_a_users_own_wins(user_setting,
+                                                                           tmp_path):
+    # ideep reads its capacity once, at its first kernel: a bound set after torch loaded would
+    # be silently ignored, and training's memory would grow as before (issue 42).
+    probe = ("import os, sys\nfrom attncli.cli import main\nsys.argv = ['attncli', '--help']\n"
+             "try:\n    main()\nexcept SystemExit:\n"
+             f"    print(os.environ.get({IDEEP_CACHE_VARIABLE!r}), 'torch' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != IDEEP_CACHE_VARIABLE}
+    if user_setting is not None:
+        env[IDEEP_CACHE_VARIABLE] = user_setting
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, env=env)
+    expected = user_setting or KERNEL_CACHE_BOUNDS[IDEEP_CACHE_VARIABLE]
+    assert out.stdout.splitlines()[-1] == f"{expected} False"

@@ -14,5 +14,6 @@ reading order:
     console.py       standard output that may not be UTF-8, JSON lines, the training display
     plots.py         learning curves and attention heatmaps as PNG
     malloc.py        glibc malloc tuning, before any command runs
+    kernel_caches.py a bound on ideep's cache of compiled kernels, before torch loads
     memory.py        the process's resident memory, now and at its peak, for logs and bench
 """
