@@ -25,17 +25,19 @@ import sys
 import tempfile
 from pathlib import Path
 
+from attncli.core.kernel_caches import IDEEP_CACHE_VARIABLE
+
 HERE = Path(__file__).resolve().parent.parent
 
 # Every case names both cache capacities, so that a row means the same whatever attncli's own
 # bounds (core/kernel_caches.py) are; 1,024 is oneDNN's and ideep's default, attncli's until 0.7.
-UNBOUNDED = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
-
-
 def caches(onednn: int, ideep: int) -> dict[str, str]:
     """oneDNN's primitive cache and ideep's computation cache (torch's matmul and linear), in
     entries."""
-    return {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(onednn), "LRU_CACHE_CAPACITY": str(ideep)}
+    return {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(onednn), IDEEP_CACHE_VARIABLE: str(ideep)}
+
+
+UNBOUNDED = caches(1024, 1024)
 
 
 CASES = {
