@@ -7,7 +7,9 @@ fresh process, with the environment the case names, the machine to itself. Its t
 `rss_mb` (every --log-every updates) show the growth, the run's last log line its peak (the
 process's, preparation included: run `attncli prepare CONFIG` first so that the tokenizer and
 token cache exist). Steady = the median `rss_mb` of the last quarter of the updates. A markdown
-table goes to stdout, the figures of each case to --json.
+table goes to stdout, the figures of each case to --json. With --count-kernels each run also
+has oneDNN say every primitive it executes (`ONEDNN_VERBOSE=1`, which slows it a little), and
+the table counts the distinct matrix-product problems met: each is a kernel compiled and cached.
 
     ATTNCLI_DATA_DIR=../shared/data python benchmarks/memory_growth.py --steps 600
     python benchmarks/memory_growth.py --pad 1 --pad 8 --case default --case unbounded
@@ -65,8 +67,12 @@ def run_case(config: str, case: str, pad: int, args: argparse.Namespace, work: P
                "--runs-dir", str(work)]
     for setting in settings:
         command += ["--set", setting]
-    subprocess.run(command, check=True, cwd=HERE, env={**os.environ, **CASES[case]},
-                   stdout=subprocess.DEVNULL)
+    env = {**os.environ, **CASES[case]}
+    verbose = work / f"{name}.stdout.txt"
+    if args.count_kernels:
+        env["ONEDNN_VERBOSE"] = "1"
+    with verbose.open("w") as out:
+        subprocess.run(command, check=True, cwd=HERE, env=env, stdout=out)
     run = work / name
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [e for e in events if e["event"] == "train"]
@@ -77,20 +83,43 @@ def run_case(config: str, case: str, pad: int, args: argparse.Namespace, work: P
             "rss_mb": {e["step"]: e["rss_mb"] for e in train},
             "steady_mb": statistics.median(rss[-max(1, len(rss) // 4):]),
             "peak_mb": float(peak[1]) * 1000 if peak else None,
-            "last_loss": train[-1]["loss"]}
+            "last_loss": train[-1]["loss"],
+            "kernels": distinct_problems(verbose) if args.count_kernels else None}
+
+
+def distinct_problems(verbose: Path) -> dict[str, int]:
+    """Distinct oneDNN problems executed, per rank of the product (2: a linear layer's, 3: a
+    batched one, as attention's), from `ONEDNN_VERBOSE=1` output: one compiled kernel each."""
+    problems: dict[str, set[str]] = {}
+    with verbose.open() as lines:
+        for line in lines:
+            if line.startswith("onednn_verbose,v1,primitive,exec,"):
+                fields = line.rstrip("\n").split(",")
+                shape = fields[-2]  # e.g. 2040x256:256x768, or 680x12x12:680x12x64
+                rank = str(shape.split(":")[0].count("x") + 1)
+                problems.setdefault(rank, set()).add(",".join(fields[5:-1]))  # all but time
+    return {rank: len(found) for rank, found in sorted(problems.items())}
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| case | pad multiple | updates | median tgt tok/s | RSS at first log, MB | "
-             "at half, MB | steady (last quarter), MB | peak, MB | loss at the end |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "at half, MB | steady (last quarter), MB | peak, MB | loss at the end | "
+             "oneDNN kernels (2-D + 3-D) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         by_step = list(row["rss_mb"].values())
         lines.append(f"| {row['case']} | {row['pad_multiple']} | {row['updates']:,} | "
                      f"{row['tokens_per_s']:,.0f} | {by_step[0]:,.0f} | "
                      f"{by_step[len(by_step) // 2]:,.0f} | {row['steady_mb']:,.0f} | "
-                     f"{row['peak_mb'] or float('nan'):,.0f} | {row['last_loss']:.4f} |")
+                     f"{row['peak_mb'] or float('nan'):,.0f} | {row['last_loss']:.4f} | "
+                     f"{_kernels(row['kernels'])} |")
     return "\n".join(lines)
+
+
+def _kernels(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "(not counted)"
+    return f"{sum(counts.values()):,} ({counts.get('2', 0):,} + {counts.get('3', 0):,})"
 
 
 def main() -> None:
@@ -102,6 +131,8 @@ def main() -> None:
     parser.add_argument("--case", action="append", choices=sorted(CASES),
                         help="environments to try (default: all)")
     parser.add_argument("--set", action="append", default=[], help="another config override")
+    parser.add_argument("--count-kernels", action="store_true",
+                        help="count the distinct oneDNN matrix products (ONEDNN_VERBOSE=1)")
     parser.add_argument("--json", type=Path, help="write every case's figures here")
     args = parser.parse_args()
     rows = []

@@ -10,8 +10,11 @@ tokens/s ratio. Quote the median ratio. Nothing else heavy may run beside it.
     ATTNCLI_DATA_DIR=../shared/data python benchmarks/train_speed.py --ref d483db1
     python benchmarks/train_speed.py --ref d483db1 --set train.precision=fp32 --pairs 1
 
-The default config is configs/small.yaml as it was at d483db1 (benchmarks/configs/), so a later
-change of the shipped config does not move the comparison.
+Each side trains its own tree's copy of the config (as same_curve.py does), so a change of a
+shipped config, such as its padding, is part of what is compared; a config the other commit
+lacks, or one outside the repository, is used by both. The default config is configs/small.yaml
+as it was at d483db1 (benchmarks/configs/), so a later change of the shipped config does not
+move the comparison.
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ def train_once(tree: Path, config: Path, settings: list[str], work: Path) -> Run
     return RunFigures(rate, wall, usage.ru_maxrss / 1024, loss)
 
 
+def config_in(tree: Path, config: Path) -> Path:
+    """`tree`'s copy of `config` (a path in this repository), or `config` itself."""
+    if not config.is_relative_to(HERE):
+        return config
+    own = tree / config.relative_to(HERE)
+    return own if own.is_file() else config
+
+
 def row(name: str, runs: list[RunFigures]) -> str:
     rates = [r.tokens_per_s for r in runs]
     return (f"| {name} | {statistics.median(rates):,.0f} ({min(rates):,.0f}–{max(rates):,.0f}) | "
@@ -98,10 +109,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         other = checkout(args.ref, Path(tempfile.mkdtemp(dir=work)))
+        configs = {"ref": config_in(other, config), "here": config}
+        whose = "its own copy" if configs["ref"] != config else "this tree's copy"
+        print(f"{args.ref} trains {whose} of {config.name}", flush=True)
         for round_ in range(args.warmup + args.pairs):
             trees = {"ref": other, "here": HERE}
             order = ["ref", "here"] if round_ % 2 == 0 else ["here", "ref"]  # alternate who starts
-            pair = {name: train_once(trees[name], config, settings, work) for name in order}
+            pair = {name: train_once(trees[name], configs[name], settings, work)
+                    for name in order}
             counted = round_ >= args.warmup
             if counted:
                 for name, figures in pair.items():
