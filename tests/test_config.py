@@ -146,16 +146,14 @@ def test_cli_missing_config_file(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("amx, bf16_multiple", [(True, 4), (False, 8)])
-def test_pad_multiple_auto_depends_on_device_and_precision(monkeypatch, amx, bf16_multiple):
+def test_pad_multiple_auto_depends_on_device_and_precision():
     import torch
 
     from attncli.core.device import resolve_pad_multiple
 
-    monkeypatch.setattr("attncli.core.device.cpu_has_amx", lambda: amx)
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_pad_multiple("auto", cpu, "fp32") == 1
-    assert resolve_pad_multiple("auto", cpu, "bf16") == bf16_multiple
+    assert resolve_pad_multiple("auto", cpu, "bf16") == 8
     assert resolve_pad_multiple("auto", cuda, "bf16") == 8
     assert resolve_pad_multiple(4, cpu, "fp32") == 4
     assert load_config(REPO / "configs" / "small.yaml", ["train.pad_multiple=2"]).train \

@@ -78,30 +78,22 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "bf16" if cpu_supports_bf16() else "fp32"
 
 
-def cpu_has_amx() -> bool:
-    """True where the CPU has AMX tiles (Intel Xeon since Sapphire Rapids)."""
-    try:
-        return bool(torch.cpu._is_amx_tile_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def resolve_pad_multiple(setting: int | str, device: torch.device, precision: str) -> int:
-    """'auto' -> 1 for fp32 on CPU; for bf16 on CPU 4 with AMX, else 8; 8 on CUDA.
+    """'auto' -> 1 for fp32 on CPU, 8 otherwise (bf16 on CPU, and CUDA).
 
-    Why: oneDNN builds a bf16 matrix kernel per tensor shape, so on a bf16 CPU few distinct
-    (rounded) lengths repay their padding: 8 was measured best on an AVX-512-BF16 CPU without
-    AMX, 4 on one with AMX (where 8 wasted more in padding than 4 cost in kernel builds). GPUs
-    like multiples of 8 too. In fp32 on CPU, MKL has no per-shape cost and exact lengths train
-    faster (figures: benchmarks/MEASUREMENTS.md).
+    Why: oneDNN compiles a bf16 matrix kernel for each tensor shape and keeps it (about 1 MB a
+    kernel), and every batch shape needs a few dozen. With exact lengths nearly every batch has
+    a new shape: small.yaml met more than 1,024 kernels in its first 100 updates, held 3 GB and
+    kept compiling. Multiples of 8 make a few hundred kernels in all and trained small.yaml
+    and en-zh.yaml faster and in less than half the memory, on a CPU with AMX as on one
+    without. GPUs like multiples of 8 too. In fp32 on CPU, MKL compiles nothing per shape and
+    exact lengths train faster (figures: benchmarks/MEASUREMENTS.md).
     """
     if setting != "auto":
         return int(setting)
-    if device.type != "cpu":
-        return LARGEST_AUTO_PAD_MULTIPLE
-    if precision == "fp32":
+    if device.type == "cpu" and precision == "fp32":
         return 1
-    return 4 if cpu_has_amx() else LARGEST_AUTO_PAD_MULTIPLE
+    return LARGEST_AUTO_PAD_MULTIPLE
 
 
 def resolve_decode_precision(train_precision: str, device: torch.device) -> str:
