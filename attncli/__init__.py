@@ -27,4 +27,28 @@ tests/test_import_layers.py that no modules import each other in a cycle. Each p
 docstring lists its modules in reading order; docs/architecture.md says where things live.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them when first used
+    from attncli.core.errors import AttncliError
+    from attncli.runs.translator import Candidate, Translation, Translator
+
+__all__ = ["AttncliError", "Candidate", "Translation", "Translator", "__version__"]
+
 __version__ = "0.6.0.dev0"  # 0.6, not released yet: the README's "Changed in 0.6" is this
+
+
+# The public Python interface, imported when first used: `import attncli` (which `attncli
+# --help` does too) must not load torch, which takes seconds.
+_PUBLIC = {"AttncliError": "attncli.core.errors", "Candidate": "attncli.runs.translator",
+           "Translation": "attncli.runs.translator", "Translator": "attncli.runs.translator"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'attncli' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_PUBLIC[name]), name)

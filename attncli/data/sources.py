@@ -262,10 +262,6 @@ class SplitSource:
     tgt: str
     simplified: tuple[str, ...] = ()  # sides converted to simplified Chinese when read
 
-    @property
-    def is_table(self) -> bool:
-        return len(self.files) == 1
-
     @functools.cached_property
     def rows(self):
         """`open_split(self)`, read once: the tokenizer's sample and the tokenization share it

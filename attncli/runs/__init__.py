@@ -11,4 +11,6 @@ Imports `core`, `data`, `model` and `decoding`. Modules, in reading order:
     average.py      the mean of the newest step folders (`attncli average`)
     trained.py      a trained run loaded for decoding, with attncli's search or its
                     CTranslate2 export
+    translator.py   `attncli.Translator`, the public Python interface: texts in, translations
+                    out
 """

@@ -1,0 +1,175 @@
+"""attncli from Python: `Translator`, a trained run that translates lists of sentences.
+
+    from attncli import Translator
+
+    translator = Translator("runs/small-20261129-0741")
+    print(translator.translate(["Hello, how are you?"])[0].text)
+
+It puts together what `attncli translate` does, with either engine: the run opened for decoding
+(`runs.trained.load_for_decoding`), sources encoded to fit the model (`decoding.texts`), decoded
+(`runs.trained.decode_ids`) and detokenized, so a sentence gets the same translation here as
+from the command line with the same settings.
+
+Threads: a Translator's model is one, so it decodes one call at a time; calls from several
+threads take turns (a lock), which is safe but not faster. Decode in one thread, or give each
+thread its own Translator (each holds its own copy of the weights).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attncli.core.errors import AttncliError
+from attncli.data.tokenizer import NO_TEXT, no_visible_text
+from attncli.decoding.search import Hypothesis
+from attncli.decoding.texts import encode_sources
+from attncli.runs.trained import ENGINES, TrainedModel, decode_ids, load_for_decoding
+
+# Sentences decoded together by `Translator.translate_iter` (as `attncli translate` reads them).
+CHUNK_SENTENCES = 256
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One translation of a sentence: its text, its score (log-probability per token, length
+    penalty applied: what n-best lists are sorted by) and its target subword ids (no BOS/EOS)."""
+
+    text: str
+    score: float
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A sentence's translations, best first (`nbest`), with the best one's parts at hand.
+
+    `truncated`: the source was longer than the model's positions and only its start was
+    translated. `attention`: when asked for, the best translation's cross-attention, a float
+    tensor (decoder layers, heads, target subwords + 1 for EOS, source subwords + 1 for EOS).
+    """
+
+    source: str
+    nbest: tuple[Candidate, ...]
+    truncated: bool = False
+    attention: torch.Tensor | None = None
+
+    @property
+    def text(self) -> str:
+        return self.nbest[0].text
+
+    @property
+    def score(self) -> float:
+        return self.nbest[0].score
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return self.nbest[0].tokens
+
+
+class Translator:
+    """A trained run folder, loaded once, that translates lists of sentences.
+
+    `checkpoint`: "auto" (the run's averaged or best one, as `attncli translate` picks), or a
+    name such as "step-4000". `device`: "auto", "cpu", "cuda" or "cuda:N". `engine`: "torch"
+    (attncli's decoder) or "ctranslate2" (the run's export, or the folder `exported` names).
+    Bad arguments raise `AttncliError` with a one-line message.
+    """
+
+    def __init__(self, run: str | Path, checkpoint: str = "auto", device: str = "auto",
+                 engine: str = "torch", exported: str | Path | None = None):
+        if engine not in ENGINES:
+            raise AttncliError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        self.trained: TrainedModel = load_for_decoding(
+            Path(run), device, checkpoint, engine=engine,
+            exported=None if exported is None else Path(exported))
+        self._lock = threading.Lock()
+
+    @property
+    def source_language(self) -> str:
+        return self.trained.config.data.src
+
+    @property
+    def target_language(self) -> str:
+        return self.trained.config.data.tgt
+
+    @property
+    def checkpoint(self) -> str:
+        """The checkpoint's folder name (e.g. "averaged" or "step-4000")."""
+        return self.trained.checkpoint.name
+
+    @property
+    def beam(self) -> int:
+        """The run's beam size, used when `translate` is given none."""
+        return self.trained.config.decode.beam
+
+    def translate(self, texts: Sequence[str], *, beam: int | None = None, nbest: int = 1,
+                  attention: bool = False) -> list[Translation]:
+        """One `Translation` per text, in order; `[]` for `[]`."""
+        texts = _checked_texts(texts)
+        beam = self._checked_search(beam, nbest, attention)
+        if not texts:
+            return []
+        cut: set[int] = set()
+        with self._lock:
+            src_ids = encode_sources(self.trained.tokenizer, texts,
+                                     self.trained.config.model.max_positions,
+                                     lambda i, _length, _kept: cut.add(i))
+            for number, ids in enumerate(src_ids, 1):
+                if len(ids) == 1:  # EOS alone: nothing left once tokenized
+                    raise AttncliError(f"text {number}: {NO_TEXT}")
+            found = decode_ids(self.trained, src_ids, beam, nbest, need_attention=attention)
+            return [self._translation(text, hypotheses, i in cut, attention)
+                    for i, (text, hypotheses) in enumerate(zip(texts, found, strict=True))]
+
+    def translate_iter(self, texts: Iterable[str], *, beam: int | None = None, nbest: int = 1,
+                       attention: bool = False, chunk: int = CHUNK_SENTENCES
+                       ) -> Iterator[Translation]:
+        """`translate` over any iterable (a file's lines, a generator), `chunk` sentences at a
+        time, so a large input streams through in bounded memory."""
+        if chunk < 1:
+            raise AttncliError(f"chunk {chunk}: expected 1 or more sentences")
+        iterator = iter(texts)
+        while part := list(itertools.islice(iterator, chunk)):
+            yield from self.translate(part, beam=beam, nbest=nbest, attention=attention)
+
+    def _checked_search(self, beam: int | None, nbest: int, attention: bool) -> int:
+        beam = self.beam if beam is None else beam
+        if not isinstance(beam, int) or beam < 1:
+            raise AttncliError(f"beam {beam!r}: expected a whole number of 1 or more")
+        if not isinstance(nbest, int) or not 1 <= nbest <= beam:
+            raise AttncliError(f"nbest {nbest!r}: expected 1 to the beam size ({beam})")
+        if attention and self.trained.engine is not None:
+            raise AttncliError("attention needs engine='torch' (CTranslate2 returns no "
+                               "attention weights here)")
+        return beam
+
+    def _translation(self, text: str, hypotheses: list[Hypothesis], truncated: bool,
+                     attention: bool) -> Translation:
+        decode = self.trained.tokenizer.decode_tgt
+        nbest = tuple(Candidate(decode(h.tokens), h.score, tuple(h.tokens)) for h in hypotheses)
+        return Translation(text, nbest, truncated,
+                           hypotheses[0].attention if attention else None)
+
+
+def _checked_texts(texts: Sequence[str]) -> list[str]:
+    """The texts as a list, or an AttncliError naming the first that cannot be translated."""
+    if isinstance(texts, str):
+        raise AttncliError("texts: expected a list of strings, got one string (wrap it: "
+                           "[text])")
+    texts = list(texts)
+    for number, text in enumerate(texts, 1):
+        if not isinstance(text, str):
+            raise AttncliError(f"text {number}: expected a string, got {type(text).__name__}")
+        if "\x00" in text:
+            raise AttncliError(f"text {number}: a NUL byte")
+        if not text.strip():
+            raise AttncliError(f"text {number}: empty input")
+        if no_visible_text(text):
+            raise AttncliError(f"text {number}: {NO_TEXT}")
+    return texts
