@@ -86,8 +86,8 @@ def resolve_pad_multiple(setting: int | str, device: torch.device, precision: st
     a new shape: small.yaml met more than 1,024 kernels in its first 100 updates, held 3 GB and
     kept compiling. Multiples of 8 make a few hundred kernels in all and trained small.yaml
     and en-zh.yaml faster and in less than half the memory on a CPU with AMX; without AMX, 8
-    was already the choice. GPUs like multiples of 8 too. In fp32 on CPU, MKL compiles nothing per shape and
-    exact lengths train faster (figures: benchmarks/MEASUREMENTS.md).
+    was already the choice. GPUs like multiples of 8 too. In fp32 on CPU, MKL compiles nothing
+    per shape and exact lengths train faster (figures: benchmarks/MEASUREMENTS.md).
     """
     if setting != "auto":
         return int(setting)
