@@ -25,7 +25,7 @@ from attncli.core.console import stdout_json
 from attncli.core.errors import AttncliError
 from attncli.core.files import output_file_problem, replacing_file
 from attncli.core.plots import attention_table, plot_attention
-from attncli.data.tokenizer import NO_TEXT, no_visible_text
+from attncli.data.tokenizer import NO_TEXT, text_problem
 from attncli.decoding.search import Hypothesis
 from attncli.decoding.texts import encode_sources
 from attncli.runs.average import describe
@@ -47,11 +47,8 @@ class _Input:
 
 
 def _check(number: int, label: str, text: str) -> _Input:
-    if "\x00" in text:  # valid UTF-8, but not text: UTF-16 read as UTF-8 looks like this
-        return _Input(number, label, "", "a NUL byte (is it UTF-16? attncli reads UTF-8)")
-    if not text.strip():
-        return _Input(number, label, text, "empty input")
-    return _Input(number, label, text, NO_TEXT if no_visible_text(text) else None)
+    problem = text_problem(text)
+    return _Input(number, label, "" if problem and "\x00" in text else text, problem)
 
 
 def _from_arguments(texts: Sequence[str]) -> Iterator[_Input]:

@@ -36,6 +36,16 @@ def no_visible_text(text: str) -> bool:
     return all(unicodedata.category(c) in _INVISIBLE or c.isspace() for c in text)
 
 
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be translated (a NUL byte, empty, only invisible characters), or None.
+    What `attncli translate` says of a bad line and `attncli.Translator` of a bad text."""
+    if "\x00" in text:  # valid UTF-8, but not text: UTF-16 read as UTF-8 looks like this
+        return "a NUL byte (is it UTF-16? attncli reads UTF-8)"
+    if not text.strip():
+        return "empty input"
+    return NO_TEXT if no_visible_text(text) else None
+
+
 def normalization_rule(setting: str, languages: Sequence[str]) -> str:
     """The SentencePiece normalization for a model of `languages` ('auto' resolved).
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from attncli.core.errors import AttncliError
-from attncli.data.tokenizer import NO_TEXT, no_visible_text
+from attncli.data.tokenizer import NO_TEXT, text_problem
 from attncli.decoding.search import Hypothesis
 from attncli.decoding.texts import encode_sources
 from attncli.runs.trained import ENGINES, TrainedModel, decode_ids, load_for_decoding
@@ -166,10 +166,6 @@ def _checked_texts(texts: Sequence[str]) -> list[str]:
     for number, text in enumerate(texts, 1):
         if not isinstance(text, str):
             raise AttncliError(f"text {number}: expected a string, got {type(text).__name__}")
-        if "\x00" in text:
-            raise AttncliError(f"text {number}: a NUL byte")
-        if not text.strip():
-            raise AttncliError(f"text {number}: empty input")
-        if no_visible_text(text):
-            raise AttncliError(f"text {number}: {NO_TEXT}")
+        if problem := text_problem(text):
+            raise AttncliError(f"text {number}: {problem}")
     return texts
