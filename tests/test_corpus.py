@@ -23,7 +23,6 @@ from attncli.data import cache as data_cache
 from attncli.data.batching import batch_loader, token_batches
 from attncli.data.corpus import prepare_training_data, sampled_texts
 from attncli.data.sources import open_split, split_source
-from attncli.data.tokenizer import tokenizer_from_bytes
 
 
 def _config(folder: Path, cache: Path, **tokenizer) -> Config:
@@ -54,7 +53,7 @@ def toy(tmp_path) -> Path:
 
 def test_the_cache_holds_the_tokenizers_own_ids(toy, tmp_path):
     data, _ = _prepare(_config(toy, tmp_path / "cache"))
-    tokenizer = tokenizer_from_bytes(data.models)
+    tokenizer = data.models.tokenizer()
     pairs = toy_pairs(300, 0)
     expected = list(zip(tokenizer.encode_src([p["en"] for p in pairs]),
                         tokenizer.encode_tgt([p["de"] for p in pairs]), strict=True))
@@ -71,7 +70,7 @@ def test_a_second_run_reuses_the_tokenizer_and_the_tokens(toy, tmp_path):
                                                            ["cache:", "reusing"],
                                                            ["cache:", "reusing"]]
     assert second.models == first.models
-    tokenizer = tokenizer_from_bytes(first.models)
+    tokenizer = first.models.tokenizer()
     assert _ids(second.train, tokenizer) == _ids(first.train, tokenizer)
 
 
@@ -100,7 +99,7 @@ def test_a_changed_tokenizer_builds_new_tokens(toy, tmp_path):
 def test_a_damaged_entry_is_rebuilt_not_trusted(toy, tmp_path, damage):
     config = _config(toy, tmp_path / "cache")
     first, _ = _prepare(config)
-    tokenizer = tokenizer_from_bytes(first.models)
+    tokenizer = first.models.tokenizer()
     expected = _ids(first.train, tokenizer)
     entry = first.train.parts[0].split.folder
     del first  # it maps the file that is damaged next
@@ -129,6 +128,21 @@ def test_empty_and_long_pairs_are_counted_and_left_out(tmp_path):
     assert said == ["50 pairs", "50 pairs"], first + again
 
 
+def test_the_token_caches_key_is_the_one_it_had_when_the_models_were_a_dict(toy, tmp_path):
+    """The key hashes each model's SHA-256 by side ("joint", or "src" and "tgt"), as it did
+    when the models travelled as a dict of sides: token caches made then stay valid."""
+    import hashlib
+
+    config = _config(toy, tmp_path / "cache")
+    data, _ = _prepare(config)
+    model = next((tmp_path / "cache" / "tokenizers").glob("*/spm.model")).read_bytes()
+    source = split_source(config.data, "train")
+    assert data.train.parts[0].split.manifest["key"] == data_cache.cache_key({
+        "format": data_cache.CACHE_FORMAT, "data": source.identity(), "split": "train",
+        "languages": [source.src, source.tgt], "rows": None, "max_len": 40,
+        "tokenizer": {"joint": hashlib.sha256(model).hexdigest()}})
+
+
 def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkeypatch):
     one, _ = _prepare(_config(toy, tmp_path / "one"))
     monkeypatch.setattr(data_cache, "ROWS_PER_PROCESS", 100)
@@ -136,7 +150,7 @@ def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkey
     config.data.num_proc = 2
     two, lines = _prepare(config)
     assert any("with 2 process(es)" in line for line in lines)
-    tokenizer = tokenizer_from_bytes(one.models)
+    tokenizer = one.models.tokenizer()
     assert _ids(two.train, tokenizer) == _ids(one.train, tokenizer)
 
 
@@ -237,14 +251,14 @@ def test_a_blank_side_counts_as_empty_in_the_sample_and_the_log(tmp_path):
 def test_sentences_longer_than_sentencepieces_default_are_learnt_from(tmp_path):
     """SentencePiece skips sentences over 4,192 bytes by default, without a word: a corpus of
     long ones failed with its internal error, and long ones vanished from any other."""
-    from attncli.data.tokenizer import tokenizer_from_bytes, train_models
+    from attncli.data.tokenizer import train_models
 
     words = [f"word{i}" for i in range(40)]
     long = [" ".join(words[(i + j) % 40] for j in range(900)) for i in range(20)]
     assert min(map(len, long)) > 4192
     models = train_models(TokenizerConfig(vocab_size=80), {"src": long, "tgt": long}.__getitem__,
                           ("en", "de"))
-    tokenizer = tokenizer_from_bytes(models)
+    tokenizer = models.tokenizer()
     assert tokenizer.src.piece_to_id("▁word") != tokenizer.src.unk_id()  # learnt from them
 
 
@@ -307,8 +321,8 @@ def test_an_entry_another_process_finished_first_is_kept(toy, tmp_path, monkeypa
 
     real = data_cache._tokenize_into
 
-    def racing(folder, key, *args):
-        real(folder, key, *args)
+    def racing(folder, key, *args, **kwargs):
+        real(folder, key, *args, **kwargs)
         shutil.copytree(folder, folder.parent / key)  # the other process renames first
 
     monkeypatch.setattr(data_cache, "_tokenize_into", racing)
@@ -323,7 +337,7 @@ def test_a_full_disk_while_tokenizing_is_one_line_and_keeps_nothing(toy, tmp_pat
 
     from attncli.core.errors import AttncliError
 
-    def full(folder, *args):
+    def full(folder, *args, **kwargs):
         (folder / "tokens.arrow").write_bytes(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -339,7 +353,7 @@ def test_a_split_survives_pickling_for_spawned_workers(toy, tmp_path):
 
     data, _ = _prepare(_config(toy, tmp_path / "cache"))
     copy = pickle.loads(pickle.dumps(data.train))
-    tokenizer = tokenizer_from_bytes(data.models)
+    tokenizer = data.models.tokenizer()
     assert _ids(copy, tokenizer) == _ids(data.train, tokenizer)
 
 

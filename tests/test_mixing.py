@@ -71,7 +71,7 @@ def test_adding_a_corpus_with_a_fixed_tokenizer_reuses_the_first_ones_tokens(two
     trained = prepare_training_data(_mix_config([{"dataset": str(first)}], tmp_path / "a"),
                                     lambda line: None)
     model_file = tmp_path / "spm.model"
-    model_file.write_bytes(trained.models[None])
+    model_file.write_bytes(trained.models.sides()[None])
     alone = Config(data=DataConfig(dataset=str(first), max_len=40, cache_dir=str(tmp_path)),
                    tokenizer=TokenizerConfig(vocab_size=120, model_file=str(model_file)))
     data = prepare_training_data(alone, lambda line: None)

@@ -68,11 +68,11 @@ def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
     """vocab_size is a soft limit in SentencePiece: 8,000 asked of this text gives far fewer,
     and the log said 8,000."""
     from attncli.data.corpus import _pieces_said
-    from attncli.data.tokenizer import tokenizer_from_bytes, train_models
+    from attncli.data.tokenizer import train_models
 
     texts = {"src": EN, "tgt": ZH}
     models = train_models(TokenizerConfig(vocab_size=8000), texts.__getitem__, ("en", "zh"))
-    got = tokenizer_from_bytes(models).src.get_piece_size()
+    got = models.tokenizer().src.get_piece_size()
     assert got < 8000
     assert _pieces_said(models, 8000) == (f"{got:,} pieces: fewer than "
                                           "tokenizer.vocab_size=8,000, all this text gives")
@@ -80,11 +80,43 @@ def test_the_log_says_the_pieces_a_small_text_gave_not_the_ones_asked():
     # separate models: each side said, and one side short is said too (was hidden)
     both = train_models(TokenizerConfig(vocab_size=got, joint=False), texts.__getitem__,
                         ("en", "zh"))
-    sides = tokenizer_from_bytes(both)
+    sides = both.tokenizer()
     src, tgt = sides.src.get_piece_size(), sides.tgt.get_piece_size()
     assert min(src, tgt) < got
     assert _pieces_said(both, got) == (f"src {src:,} and tgt {tgt:,} pieces: fewer than "
                                        f"tokenizer.vocab_size={got:,}, all this text gives")
+
+
+def test_the_models_travel_as_their_bytes_and_keep_their_files_and_digests(tmp_path):
+    """`TokenizerModels` pickles as its bytes alone (into `datasets.map`'s processes), writes
+    the files run folders have always had, and digests as the dict of sides it replaced did,
+    so token caches and run folders made before it stay valid."""
+    import hashlib
+    import pickle
+
+    from attncli.data.tokenizer import TokenizerModels, train_models
+
+    texts = {"src": EN, "tgt": ZH}.__getitem__
+    joint = train_models(TokenizerConfig(vocab_size=120), texts, ("en", "zh"))
+    separate = train_models(TokenizerConfig(vocab_size=120, joint=False), texts, ("en", "zh"))
+    for models, names in ((joint, {None: "spm.model"}),
+                          (separate, {"src": "spm.src.model", "tgt": "spm.tgt.model"})):
+        folder = tmp_path / ("joint" if models.joint else "separate")
+        folder.mkdir()
+        models.install(folder)
+        assert sorted(path.name for path in folder.iterdir()) == sorted(names.values())
+        files = {side: (folder / name).read_bytes() for side, name in names.items()}
+        assert models.sides() == files
+        assert TokenizerModels.read(folder, models.joint) == models
+        assert models.digests() == {side or "joint": hashlib.sha256(data).hexdigest()
+                                    for side, data in files.items()}
+        pickled = pickle.dumps(models)
+        assert pickle.loads(pickled) == models
+        assert len(pickled) < sum(map(len, files.values())) + 200  # each model once, no more
+    assert joint.tokenizer().joint and not separate.tokenizer().joint
+    assert len(repr(joint)) < 80  # sizes, not megabytes of bytes
+    with pytest.raises(ValueError, match="same bytes"):
+        TokenizerModels(separate.src, separate.tgt, joint=True)
 
 
 def test_other_codes_for_chinese_japanese_and_korean_are_those_languages():

@@ -9,7 +9,8 @@ Modules, in reading order:
                        and read one split as strings
     readers.py         one split's files (JSON Lines, TSV, parallel text), checked, as columns
     chinese_script.py  traditional Chinese converted to simplified where it is read (OpenCC)
-    tokenizer.py       SentencePiece: train, save, load; encode and decode
+    tokenizer.py       SentencePiece: train, save, load (the models' bytes, as they travel
+                       and key the caches); encode and decode
     subwords.py        subword regularization: training batches re-segmented by sampling
     batching.py        token-budget batches, padding, and the DataLoader feeding training
     filters.py         the filters of a training corpus (same text, length ratio, script,

@@ -50,7 +50,7 @@ from attncli.core.files import (
 from attncli.data.batching import Batch, collate_flat
 from attncli.data.filters import KEPT, PairFilter, filter_counts, repeated_pairs
 from attncli.data.sources import SplitSource
-from attncli.data.tokenizer import tokenizer_from_bytes
+from attncli.data.tokenizer import TokenizerModels
 
 if TYPE_CHECKING:  # for the hints only: `datasets` is imported where a split is read
     from datasets import Dataset
@@ -219,7 +219,7 @@ class TokenizedSplit:
         """The padded batch of pairs `pairs` (positions in this split)."""
         src_ids, tgt_ids = self.token_ids(pairs)
         batch = collate_flat(src_ids, self.src_lens[pairs], tgt_ids, self.tgt_lens[pairs],
-                             multiple)
+                             multiple=multiple)
         self.mapped.release_pages()
         return batch
 
@@ -259,9 +259,9 @@ def first_rows(ds: Dataset, limit: int | None) -> Dataset:
     return ds.select(range(limit)) if limit is not None and limit < len(ds) else ds
 
 
-def _id_type(models: dict[str | None, bytes]) -> str:
+def _id_type(models: TokenizerModels) -> str:
     """uint16 ids (2 bytes a token) unless a vocabulary is larger than that holds."""
-    tokenizer = tokenizer_from_bytes(models)
+    tokenizer = models.tokenizer()
     return "uint16" if max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size) <= 1 << 16 \
         else "int32"
 
@@ -300,7 +300,7 @@ class _PairEncoder:
     Python ints took a third of the time.
     """
 
-    def __init__(self, models: dict[str | None, bytes], max_len: int, id_type: str,
+    def __init__(self, models: TokenizerModels, max_len: int, id_type: str,
                  pair_filter: PairFilter | None = None):
         self.models, self.max_len, self.id_type = models, max_len, id_type
         self.pair_filter = pair_filter
@@ -314,7 +314,7 @@ class _PairEncoder:
         import pyarrow as pa
 
         if self._tokenizer is None:
-            self._tokenizer = tokenizer_from_bytes(self.models)
+            self._tokenizer = self.models.tokenizer()
         src_texts = [(text or "").strip() for text in batch["src"]]
         tgt_texts = [(text or "").strip() for text in batch["tgt"]]
         src_ids = self._tokenizer.encode_src(src_texts)
@@ -327,7 +327,8 @@ class _PairEncoder:
         columns = {}
         if self.pair_filter is not None:
             repeated = np.asarray(batch["repeated"], dtype=bool) if "repeated" in batch else None
-            codes = self.pair_filter.codes(src_texts, tgt_texts, src_len - 1, tgt_len, repeated)
+            codes = self.pair_filter.codes(src_texts, tgt_texts, src_len - 1, tgt_len,
+                                           repeated=repeated)
             codes[~keep] = KEPT  # empty and long pairs are counted as such, not as filtered
             keep &= codes == KEPT
             columns[FILTERED] = pa.array(codes)
@@ -337,22 +338,17 @@ class _PairEncoder:
                          **columns})
 
 
-def _digest(models: dict[str | None, bytes]) -> dict[str, str]:
-    return {side or "joint": hashlib.sha256(data).hexdigest() for side, data in models.items()}
-
-
-def _corpus_key(source: SplitSource, models: dict[str | None, bytes], max_len: int,
+def _corpus_key(source: SplitSource, models: TokenizerModels, *, max_len: int,
                 limit: int | None, filters: dict[str, Any]) -> str:
     """The entry's key; filters join it only when some are on, so an unfiltered split keeps
     the key it had before filters existed (and the entries made then)."""
     return cache_key({"format": CACHE_FORMAT, "data": source.identity(), "split": source.split,
                       "languages": [source.src, source.tgt], "rows": limit, "max_len": max_len,
-                      "tokenizer": _digest(models), **({"filters": filters} if filters else {})})
+                      "tokenizer": models.digests(), **({"filters": filters} if filters else {})})
 
 
-def _tokenize_into(folder: Path, key: str, source: SplitSource,
-                   models: dict[str | None, bytes], data_cfg: DataConfig, limit: int | None,
-                   filters: dict[str, Any]) -> None:
+def _tokenize_into(folder: Path, key: str, source: SplitSource, models: TokenizerModels, *,
+                   data_cfg: DataConfig, limit: int | None, filters: dict[str, Any]) -> None:
     """Tokenize the split into the (empty) folder `folder`: Arrow files and their manifest."""
     ds = first_rows(source.rows, limit)
     procs = max(1, min(data_cfg.num_proc or os.cpu_count() or 1, len(ds) // ROWS_PER_PROCESS))
@@ -373,14 +369,14 @@ def _tokenize_into(folder: Path, key: str, source: SplitSource,
         "files": [{"name": path.name, "bytes": path.stat().st_size} for path in files]})
 
 
-def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_cfg: DataConfig,
+def tokenized_split(source: SplitSource, models: TokenizerModels, data_cfg: DataConfig, *,
                     limit: int | None, root: Path, log: Log,
                     filters: FilterConfig | None = None) -> TokenizedSplit:
     """The split tokenized with `models` (and `filters` applied: training splits only): from
     the cache when an intact entry exists, else tokenized now with `data.num_proc` processes
     and cached."""
     active = filters.active() if filters is not None else {}
-    key = _corpus_key(source, models, data_cfg.max_len, limit, active)
+    key = _corpus_key(source, models, max_len=data_cfg.max_len, limit=limit, filters=active)
     folder = root / "corpora" / key
     split = open_entry(folder, key)
     if split is not None:
@@ -391,8 +387,9 @@ def tokenized_split(source: SplitSource, models: dict[str | None, bytes], data_c
         log(f"cache: {folder} is incomplete or damaged; tokenizing again")
     check_cache_writable(folder.parent)  # before the tokenizing
     started = time.perf_counter()
-    write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models, data_cfg,
-                                                        limit, active),
+    write_entry(folder, lambda staging: _tokenize_into(staging, key, source, models,
+                                                        data_cfg=data_cfg, limit=limit,
+                                                        filters=active),
                 intact=lambda entry: open_entry(entry, key) is not None, log=log)
     split = open_entry(folder, key)
     if split is None:

@@ -42,13 +42,7 @@ from attncli.data.sources import (
     split_source,
 )
 from attncli.data.subwords import check_samplable
-from attncli.data.tokenizer import (
-    install_models,
-    model_file_bytes,
-    run_models,
-    tokenizer_from_bytes,
-    train_models,
-)
+from attncli.data.tokenizer import TokenizerModels, train_models
 
 # The tokenizer's sample does not depend on train.seed, so runs that differ only in their seed
 # share one tokenizer and one token cache.
@@ -138,23 +132,23 @@ def _tokenizer_key(config: Config, sources: list[SplitSource], limits: list[int 
 
 def _models_readable(folder: Path, joint: bool) -> bool:
     try:
-        run_models(folder, joint)
+        TokenizerModels.read(folder, joint)
     except AttncliError:
         return False
     return True
 
 
-def prepare_tokenizer(config: Config, sources: list[SplitSource], limits: list[int | None],
-                      root: Path, log: Log) -> dict[str | None, bytes]:
+def prepare_tokenizer(config: Config, sources: list[SplitSource], limits: list[int | None], *,
+                      root: Path, log: Log) -> TokenizerModels:
     """The serialized tokenizer model(s) for a new run: `tokenizer.model_file`, a cached one
     trained on the same data with the same settings, or one trained now (and cached) on a
     sample of every corpus's training pairs (`limits`: each one's train_limit)."""
     cfg = config.tokenizer
     if cfg.model_file:
-        return model_file_bytes(cfg)
+        return TokenizerModels.from_model_file(cfg)
     folder = root / "tokenizers" / _tokenizer_key(config, sources, limits)
     try:  # the cached files are named as in a run folder
-        models = run_models(folder, cfg.joint)
+        models = TokenizerModels.read(folder, cfg.joint)
         log(f"tokenizer: reusing {folder}")
         return models
     except AttncliError:
@@ -164,7 +158,7 @@ def prepare_tokenizer(config: Config, sources: list[SplitSource], limits: list[i
     write_entry(folder, lambda staging: trained.append(_train_into(staging, config, sources,
                                                                    limits)),
                 intact=lambda entry: _models_readable(entry, cfg.joint), log=log)
-    models = run_models(folder, cfg.joint)
+    models = TokenizerModels.read(folder, cfg.joint)
     log(f"{trained[0]} -> {folder}" if trained else
         f"tokenizer: reusing {folder} (another process trained it meanwhile)")
     return models
@@ -186,7 +180,7 @@ def _train_into(staging: Path, config: Config, sources: list[SplitSource],
         raise AttncliError(f"{source.files[0]}: the train split of {names} has no "
                            f"non-empty {source.src}-{source.tgt} pairs")
     models = train_models(cfg, texts, (config.data.src, config.data.tgt))
-    install_models(models, staging)
+    models.install(staging)
     return (f"tokenizer: trained {cfg.type} ({_pieces_said(models, cfg.vocab_size)}) on "
             f"{len(sample):,} of {len(ds):,} pairs (at most {cfg.sample_size:,} pairs and "
             f"{cfg.sample_bytes:,} bytes) in {time.perf_counter() - started:.1f} s")
@@ -203,13 +197,13 @@ def _joined_rows(sources: list[SplitSource], limits: list[int | None]):
     return datasets.concatenate_datasets(parts)
 
 
-def _pieces_said(models: dict[str | None, bytes], asked: int) -> str:
+def _pieces_said(models: TokenizerModels, asked: int) -> str:
     """The piece count the model(s) got, by side when they are two: SentencePiece stops short
     of tokenizer.vocab_size where the text has fewer pieces to give (a soft limit), which the
     log must not hide, for either side."""
-    tokenizer = tokenizer_from_bytes(models)
+    tokenizer = models.tokenizer()
     sizes = {"src": tokenizer.src.get_piece_size(), "tgt": tokenizer.tgt.get_piece_size()}
-    got = (f"{sizes['src']:,}" if len(models) == 1  # one joint model
+    got = (f"{sizes['src']:,}" if models.joint
            else " and ".join(f"{side} {n:,}" for side, n in sizes.items()))
     if min(sizes.values()) < asked:
         return (f"{got} pieces: fewer than tokenizer.vocab_size={asked:,}, all this text "
@@ -234,7 +228,7 @@ class TrainingData:
     """What a training run reads: tokenizer model(s), the training pairs of every corpus
     (mixed by weight), and the validation set(s)."""
 
-    models: dict[str | None, bytes]
+    models: TokenizerModels
     train: MixedCorpus
     vals: list[ValSet]
     name: str
@@ -274,7 +268,7 @@ def _val_sets(config: Config, corpora: list[Corpus]) -> list[tuple[str | None, C
 
 
 def prepare_training_data(config: Config, log: Log,
-                          models: dict[str | None, bytes] | None = None) -> TrainingData:
+                          models: TokenizerModels | None = None) -> TrainingData:
     """Check every corpus's sources, then get the tokenizer (`models`, else cached or
     trained) and the tokenized train and val splits (cached or tokenized now). Nothing is
     written outside the cache, so bad data leaves no run folder behind."""
@@ -293,30 +287,31 @@ def prepare_training_data(config: Config, log: Log,
             val_texts.append((name, corpus, split_source(corpus.data, "val"),
                               load_split(corpus.data, "val")))
     limits = [corpus.data.train_limit for corpus in corpora]
-    models = models or prepare_tokenizer(config, train_sources, limits, root, log)
+    models = models or prepare_tokenizer(config, train_sources, limits, root=root, log=log)
     if config.train.subword_alpha > 0:
-        check_samplable(models.values())
-    parts = [MixPart(corpus.name, _train_split(corpus, source, models, root, log),
+        check_samplable(models.sides().values())
+    parts = [MixPart(corpus.name, _train_split(corpus, source, models, root=root, log=log),
                      corpus.weight) for corpus, source in zip(corpora, train_sources,
                                                               strict=True)]
     vals = []
     for name, corpus, source, text in val_texts:
         with _about(corpus):
-            val = tokenized_split(source, models, corpus.data, None, root, log)
+            val = tokenized_split(source, models, corpus.data, limit=None, root=root, log=log)
             if not len(val):
                 raise AttncliError(f"{source.files[0]}: no validation pairs fit "
                                    f"data.max_len={config.data.max_len}")
         vals.append(ValSet(name, val, text))
-    return TrainingData(models, MixedCorpus(parts), vals,
-                        " + ".join(source.name for source in train_sources), corpora)
+    return TrainingData(models=models, train=MixedCorpus(parts), vals=vals,
+                        name=" + ".join(source.name for source in train_sources),
+                        corpora=corpora)
 
 
-def _train_split(corpus: Corpus, source: SplitSource, models: dict[str | None, bytes],
+def _train_split(corpus: Corpus, source: SplitSource, models: TokenizerModels, *,
                  root: Path, log: Log) -> TokenizedSplit:
     """One corpus's training split, tokenized and filtered (cached)."""
     with _about(corpus):
-        split = tokenized_split(source, models, corpus.data, corpus.data.train_limit, root, log,
-                                corpus.filters)
+        split = tokenized_split(source, models, corpus.data, limit=corpus.data.train_limit,
+                                root=root, log=log, filters=corpus.filters)
         if not len(split):
             raise AttncliError(f"{source.files[0]}: no training pairs fit "
                                f"data.max_len={corpus.data.max_len}"

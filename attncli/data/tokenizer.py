@@ -1,5 +1,6 @@
 """SentencePiece subwords: train on (a sample of) the training split, save in the run folder
-(or a data cache entry), load again.
+(or a data cache entry), load again. The models travel as `TokenizerModels` (their bytes:
+pickled into tokenizing processes, hashed into cache keys); a `Tokenizer` encodes with them.
 
 Special ids are fixed (`core.text`: pad = 0, unk = 1, bos = 2, eos = 3) so that the model,
 batching and search agree without asking; a model with other ids is refused when loaded.
@@ -7,10 +8,12 @@ batching and search agree without asking; a model with other ids is refused when
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
@@ -139,6 +142,80 @@ def model_file(folder: Path, side: str | None = None) -> Path:
     return Path(folder) / ("spm.model" if side is None else f"spm.{side}.model")
 
 
+@dataclass(frozen=True, repr=False)
+class TokenizerModels:
+    """A tokenizer as it travels between the steps of a run: its serialized SentencePiece
+    model(s), bytes only; `tokenizer()` builds the `Tokenizer` that encodes and decodes.
+
+    Why bytes, not a `Tokenizer`: the models are pickled into `datasets.map`'s tokenizing
+    processes and to the other ranks of a distributed run (cheap, and no SentencePiece object
+    has to survive pickling), hashed into the token caches' keys (`digests`) and written into
+    run folders and cache entries (`install`), none of which needs the processors.
+
+    joint: one model serves both sides, and `src` and `tgt` are its bytes (`shared`).
+    """
+
+    src: bytes
+    tgt: bytes
+    joint: bool = False
+
+    def __post_init__(self) -> None:
+        if self.joint and self.src is not self.tgt and self.src != self.tgt:
+            raise ValueError("a joint tokenizer has one model: src and tgt are the same bytes")
+
+    @classmethod
+    def shared(cls, model: bytes) -> TokenizerModels:
+        """One joint model for both sides (spm.model)."""
+        return cls(model, model, joint=True)
+
+    @classmethod
+    def read(cls, folder: Path, joint: bool) -> TokenizerModels:
+        """The model(s) in `folder`, a run folder or a data cache entry, each checked as
+        SentencePiece would load it (a missing or corrupt file is one line)."""
+        models = {}
+        for side in model_sides(joint):
+            path = model_file(folder, side)
+            models[side] = _model_bytes(path)
+            _from_proto(models[side], str(path))
+        return cls.shared(models[None]) if joint else cls(models["src"], models["tgt"])
+
+    @classmethod
+    def from_model_file(cls, cfg: TokenizerConfig) -> TokenizerModels:
+        """`tokenizer.model_file`, checked, as the joint model."""
+        check_model_file(cfg)
+        return cls.shared(Path(cfg.model_file).expanduser().read_bytes())
+
+    def sides(self) -> dict[str | None, bytes]:
+        """The model(s) by side as `model_file` names them: {None: the joint model}, or
+        {"src": ..., "tgt": ...}."""
+        return {None: self.src} if self.joint else {"src": self.src, "tgt": self.tgt}
+
+    def digests(self) -> dict[str, str]:
+        """Each model's SHA-256 by side ("joint", or "src" and "tgt"): what the token caches'
+        keys hash. Changing it would orphan every cache entry made before, so it stays as it
+        was when the models travelled as a dict of sides."""
+        return {side or "joint": hashlib.sha256(data).hexdigest()
+                for side, data in self.sides().items()}
+
+    def install(self, folder: Path) -> None:
+        """Write the model(s) into `folder`, where `load_tokenizer` and `read` find them."""
+        for side, data in self.sides().items():
+            atomic_write_bytes(model_file(folder, side), data)
+
+    def tokenizer(self) -> Tokenizer:
+        """The `Tokenizer` of these models, each checked as a file on disk would be."""
+        procs = {side: _from_proto(data, f"SentencePiece model ({side or 'joint'})")
+                 for side, data in self.sides().items()}
+        if self.joint:
+            return Tokenizer(procs[None], procs[None])
+        return Tokenizer(procs["src"], procs["tgt"])
+
+    def __repr__(self) -> str:  # not the bytes: a model is megabytes
+        sizes = (f"{len(self.src):,} bytes" if self.joint
+                 else f"src {len(self.src):,} and tgt {len(self.tgt):,} bytes")
+        return f"TokenizerModels({'joint' if self.joint else 'separate'}, {sizes})"
+
+
 # SentencePiece skips longer sentences without a word; the sample is already bounded in bytes
 # (tokenizer.sample_bytes), so every sentence it holds is given.
 MAX_SENTENCE_BYTES = 2**30  # its ceiling
@@ -168,17 +245,17 @@ def _train_one(texts: Iterable[str], cfg: TokenizerConfig, languages: Sequence[s
 
 
 def train_models(cfg: TokenizerConfig, texts: Callable[[str], Iterable[str]],
-                 languages: tuple[str, str]) -> dict[str | None, bytes]:
-    """Serialized SentencePiece model(s) by side, trained on `texts("src")` / `texts("tgt")`.
+                 languages: tuple[str, str]) -> TokenizerModels:
+    """Serialized SentencePiece model(s), trained on `texts("src")` / `texts("tgt")`.
 
     `texts` gives a fresh stream per call, so nothing holds every sentence at once; `languages`
     (source, target) choose the normalization when it is `auto`.
     """
     if cfg.joint:
         both = itertools.chain(texts("src"), texts("tgt"))
-        return {None: _train_one(both, cfg, languages)}
-    return {"src": _train_one(texts("src"), cfg, languages[:1]),
-            "tgt": _train_one(texts("tgt"), cfg, languages[1:])}
+        return TokenizerModels.shared(_train_one(both, cfg, languages))
+    return TokenizerModels(_train_one(texts("src"), cfg, languages[:1]),
+                           _train_one(texts("tgt"), cfg, languages[1:]))
 
 
 def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
@@ -186,41 +263,10 @@ def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: S
     """Train on texts in memory (or copy `tokenizer.model_file`) into the run folder; for
     small corpora and tests. Training runs take theirs from the cache (corpus.py)."""
     texts = {"src": src_texts, "tgt": tgt_texts}
-    models = model_file_bytes(cfg) if cfg.model_file else train_models(cfg, texts.__getitem__,
-                                                                        languages)
-    install_models(models, folder)
+    models = (TokenizerModels.from_model_file(cfg) if cfg.model_file
+              else train_models(cfg, texts.__getitem__, languages))
+    models.install(folder)
     return load_tokenizer(folder, cfg.joint)
-
-
-def install_models(models: dict[str | None, bytes], folder: Path) -> None:
-    """Write the model(s) into `folder`, where `load_tokenizer` finds them."""
-    for side, data in models.items():
-        atomic_write_bytes(model_file(folder, side), data)
-
-
-def run_models(folder: Path, joint: bool) -> dict[str | None, bytes]:
-    """The serialized model(s) in `folder` by side (what a token cache is keyed on), checked."""
-    models = {}
-    for side in model_sides(joint):
-        path = model_file(folder, side)
-        models[side] = _model_bytes(path)
-        _from_proto(models[side], str(path))
-    return models
-
-
-def model_file_bytes(cfg: TokenizerConfig) -> dict[str | None, bytes]:
-    """`tokenizer.model_file`, checked, as the joint model."""
-    check_model_file(cfg)
-    return {None: Path(cfg.model_file).expanduser().read_bytes()}
-
-
-def tokenizer_from_bytes(models: dict[str | None, bytes]) -> Tokenizer:
-    """A `Tokenizer` from serialized model(s), checked as a file on disk would be."""
-    procs = {side: _from_proto(data, f"SentencePiece model ({side or 'joint'})")
-             for side, data in models.items()}
-    if None in procs:
-        return Tokenizer(procs[None], procs[None])
-    return Tokenizer(procs["src"], procs["tgt"])
 
 
 def _from_proto(data: bytes, what: str) -> spm.SentencePieceProcessor:

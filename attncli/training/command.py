@@ -17,7 +17,6 @@ from attncli.core.console import Reporter, SilentReporter, echo
 from attncli.core.device import allow_tf32, set_threads
 from attncli.core.errors import LAUNCHER_ENV, AttncliError, report
 from attncli.core.plots import plot_curves
-from attncli.data.tokenizer import tokenizer_from_bytes
 from attncli.runs.layout import RunPaths, run_lock
 from attncli.training import distributed
 from attncli.training.distributed import World
@@ -29,14 +28,15 @@ from attncli.training.trainer import Trainer
 from attncli.training.validate import rescore_best
 
 
-def train_command(config, resumed: RunPaths | None, config_path, name: str | None, runs_dir,
+def train_command(config, resumed: RunPaths | None, *, config_path, name: str | None, runs_dir,
                   device_name: str) -> None:
     """Train a new run from ``config``, or continue the run folder ``resumed``; exits 130 or
     143 when SIGINT or SIGTERM stopped it (after saving)."""
     world, device = distributed.start(device_name)
     try:
         with distributed.peer_failures_as_errors(world):
-            exit_code = _train(config, resumed, config_path, name, runs_dir, world, device)
+            exit_code = _train(config, resumed, config_path=config_path, name=name,
+                               runs_dir=runs_dir, world=world, device=device)
             world.wait_for_primary()  # nobody leaves while rank 0 still saves
     except Exception as err:
         if not world.distributed or os.environ.get("ATTNCLI_DEBUG"):
@@ -49,7 +49,7 @@ def train_command(config, resumed: RunPaths | None, config_path, name: str | Non
         raise SystemExit(exit_code)
 
 
-def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world: World,
+def _train(config, resumed: RunPaths | None, *, config_path, name, runs_dir, world: World,
            device) -> int | None:
     """The run; the exit code when a signal stopped it."""
     set_threads(config.train.threads)
@@ -66,25 +66,26 @@ def _train(config, resumed: RunPaths | None, config_path, name, runs_dir, world:
     with contextlib.ExitStack() as held:  # the run folder, for this process alone
         if resumed is not None and world.primary:
             held.enter_context(run_lock(resumed))
-        data, paths = prepare_run(config, resumed, config_path, name, runs_dir, world, say)
+        data, paths = prepare_run(config, resumed, config_path=config_path, name=name,
+                                  runs_dir=runs_dir, world=world, say=say)
         if resumed is None and world.primary:
             held.enter_context(run_lock(paths))
         # the bar's total is set once the epoch's batches are cut (`banner`)
         reporter = (Reporter(paths.log, None, 0, earlier, hold_earlier=resumed is not None)
                     if world.primary else SilentReporter())
-        return _run(config, data, paths, reporter, world, device, resumed is not None,
-                    from_step_0)
+        return _run(config, data, paths, reporter=reporter, world=world, device=device,
+                    resuming=resumed is not None, from_step_0=from_step_0)
 
 
-def _run(config, data, paths: RunPaths, reporter: Reporter, world: World, device,
+def _run(config, data, paths: RunPaths, *, reporter: Reporter, world: World, device,
          resuming: bool, from_step_0: bool) -> int | None:
     """Train (after loading the last checkpoint when resuming) until a stop; the exit code
     when a signal stopped it."""
     tensorboard = None
     try:
         with _disk_errors_as_user_errors(paths):
-            trainer = Trainer(config, paths, tokenizer_from_bytes(data.models), data, device,
-                              reporter, world)
+            trainer = Trainer(config, paths, data.models.tokenizer(), data, device=device,
+                              reporter=reporter, world=world)
             if resuming:
                 _resume(trainer, config, reporter, from_step_0)
             if world.primary:

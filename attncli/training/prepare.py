@@ -18,7 +18,7 @@ from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, check_writable
 from attncli.data.batching import padding_share
 from attncli.data.corpus import corpus_reports, prepare_training_data, report_line
-from attncli.data.tokenizer import install_models, model_sides, run_models
+from attncli.data.tokenizer import TokenizerModels, model_sides
 from attncli.runs.layout import RunPaths, create_run_dir, default_run_name
 from attncli.training.distributed import World
 
@@ -28,7 +28,7 @@ def never_saved(resumed: RunPaths | None) -> bool:
     return resumed is not None and not resumed.read_pointers()
 
 
-def prepare_run(config, resumed: RunPaths | None, config_path, name: str | None, runs_dir,
+def prepare_run(config, resumed: RunPaths | None, *, config_path, name: str | None, runs_dir,
                 world: World, say):
     """The data (`corpus.TrainingData`) and the run folder (`RunPaths`).
 
@@ -37,7 +37,8 @@ def prepare_run(config, resumed: RunPaths | None, config_path, name: str | None,
     shared: tuple | AttncliError | None = None
     if world.primary:
         try:
-            data, paths = _prepare_on_primary(config, resumed, config_path, name, runs_dir, say)
+            data, paths = _prepare_on_primary(config, resumed, config_path=config_path,
+                                              name=name, runs_dir=runs_dir, say=say)
             shared = (data.models, str(paths.root))
         except AttncliError as err:
             shared = err
@@ -51,23 +52,25 @@ def prepare_run(config, resumed: RunPaths | None, config_path, name: str | None,
     return data, paths
 
 
-def _prepare_on_primary(config, resumed: RunPaths | None, config_path, name: str | None,
+def _prepare_on_primary(config, resumed: RunPaths | None, *, config_path, name: str | None,
                         runs_dir, say):
     if resumed is None:
         check_writable(Path(runs_dir))
         data = prepare_training_data(config, say, None)
         paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
         save_config(config, paths.config)
-        install_models(data.models, paths.root)
+        data.models.install(paths.root)
         if data.mixed:
             atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
         return data, paths
     joint = config.tokenizer.joint
     if not never_saved(resumed):
-        return prepare_training_data(config, say, run_models(resumed.root, joint)), resumed
+        models = TokenizerModels.read(resumed.root, joint)
+        return prepare_training_data(config, say, models), resumed
     complete = all(resumed.spm_model(side).is_file() for side in model_sides(joint))
-    data = prepare_training_data(config, say, run_models(resumed.root, joint) if complete else None)
-    install_models(data.models, resumed.root)
+    models = TokenizerModels.read(resumed.root, joint) if complete else None
+    data = prepare_training_data(config, say, models)
+    data.models.install(resumed.root)
     restart_from_step_0(resumed)
     return data, resumed
 
