@@ -28,7 +28,7 @@ from attncli.runs.checkpoints import weights_digest
 from attncli.runs.trained import load_trained_model
 
 
-def export_command(run_dir: Path, to: str, quantization: str, output: Path | None,
+def export_command(run_dir: Path, *, to: str, quantization: str, output: Path | None,
                    force: bool, checkpoint: str = "auto") -> Path:
     """`attncli export`: write the CTranslate2 folder; returns it."""
     if to != "ctranslate2":

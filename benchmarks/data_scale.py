@@ -169,7 +169,7 @@ def zipf_cdf() -> np.ndarray:
     return cdf / cdf[-1]
 
 
-def write_split(path: Path, pairs: int, rng: np.random.Generator, pieces: Pieces,
+def write_split(path: Path, pairs: int, rng: np.random.Generator, *, pieces: Pieces,
                 cdf: np.ndarray) -> int:
     """Write `pairs` lines to `path` (through a temp file); returns its size in bytes."""
     temp = path.with_name(path.name + ".tmp")
@@ -207,7 +207,7 @@ def make_corpus(data_dir: Path, pairs: int, seed: int) -> tuple[Path, bool]:
                                             ("test", EVAL_PAIRS)), start=1):
         name = f"{split}.jsonl"
         sizes[name] = write_split(folder / name, count, np.random.default_rng([seed, index]),
-                                  pieces, cdf)
+                                  pieces=pieces, cdf=cdf)
     meta_path.write_text(json.dumps({**recorded, "bytes": sizes}, indent=1) + "\n", "utf-8")
     return folder, True
 
@@ -352,7 +352,7 @@ def training(cmd: list[str], env: dict[str, str], work: Path) -> dict:
             "exit": run.returncode, "cache_was_warm": cold is None}
 
 
-def train_command(prefix: list[str], config: Path, work: Path, updates: int,
+def train_command(prefix: list[str], config: Path, work: Path, *, updates: int,
                   sets: list[str]) -> list[str]:
     extra = [f"train.max_steps={updates}", "train.log_every=1", *sets]
     return [*prefix, "train", str(config), *set_options(extra), "--runs-dir", str(work / "runs")]
@@ -476,15 +476,15 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                          "train_gb": (folder / "train.jsonl").stat().st_size / GB}}
     if args.old_code:
         remove(work / "cache", work / "hf")
-        cmd = train_command([sys.executable, "-m", "attncli"], config, work, args.updates,
-                            args.sets)
+        cmd = train_command([sys.executable, "-m", "attncli"], config, work,
+                            updates=args.updates, sets=args.sets)
         report["train"] = training(cmd, command_env(work, args.source.resolve()), work)
         return report
     attncli = shlex.split(args.attncli) if args.attncli else [
         str(Path(sys.executable).with_name("attncli"))]
     if not args.skip_prepare:
         report["prepare"] = first_preparation(attncli, config, work, args.sets)
-    cmd = train_command(attncli, config, work, args.updates, args.sets)
+    cmd = train_command(attncli, config, work, updates=args.updates, sets=args.sets)
     report["train"] = training(cmd, command_env(work), work)
     return report
 

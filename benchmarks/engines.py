@@ -31,8 +31,9 @@ ENGINES = {"attncli (torch fp32)": [],
            "CTranslate2 int8": ["--engine", "ctranslate2", "--exported", "{run}/ctranslate2-int8"]}
 
 
-def attncli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attncli", *args]
+def attncli(words: list[str]) -> list[str]:
+    """The command line running `attncli` with these words, in this Python."""
+    return [sys.executable, "-m", "attncli", *words]
 
 
 def timed(command: list[str]) -> tuple[str, float, float]:
@@ -51,7 +52,7 @@ def timed(command: list[str]) -> tuple[str, float, float]:
 
 def evaluate(run: Path, beam: int, engine_args: list[str]) -> tuple[dict, list[str], float, float]:
     args = [a.format(run=run) for a in engine_args]
-    out, wall, peak = timed(attncli("eval", str(run), "--beam", str(beam), "--json", *args))
+    out, wall, peak = timed(attncli(["eval", str(run), "--beam", str(beam), "--json", *args]))
     hyps = (run / "eval" / "test.hyp.txt").read_text(encoding="utf-8").splitlines()
     return json.loads(out), hyps, wall, peak
 
@@ -59,8 +60,8 @@ def evaluate(run: Path, beam: int, engine_args: list[str]) -> tuple[dict, list[s
 def export_missing(run: Path) -> None:
     for folder, quantization in (("ctranslate2", "float32"), ("ctranslate2-int8", "int8")):
         if not (run / folder).is_dir():
-            subprocess.run(attncli("export", str(run), "--quantization", quantization,
-                                   "--output", str(run / folder)), check=True)
+            subprocess.run(attncli(["export", str(run), "--quantization", quantization,
+                                    "--output", str(run / folder)]), check=True)
 
 
 def main() -> None:

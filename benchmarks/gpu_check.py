@@ -76,8 +76,9 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def attncli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attncli", *args]
+def attncli(words: list[str]) -> list[str]:
+    """The command line running `attncli` with these words, in this Python."""
+    return [sys.executable, "-m", "attncli", *words]
 
 
 def gpu_count() -> int:
@@ -148,7 +149,7 @@ def two_gpu_scaling(out: Path, results: dict) -> dict:
              "train.eval_every=1000000", "--set", "data.valid_limit=50", "--set",
              "train.log_every=25"]
     results["one_gpu"] = step("150 updates on one GPU", attncli(
-        "train", *short, "--name", "one-gpu"), out / "one-gpu.log", 600)
+        ["train", *short, "--name", "one-gpu"]), out / "one-gpu.log", 600)
     most: dict[str, int] = {}
 
     def count_processes() -> None:
@@ -156,7 +157,7 @@ def two_gpu_scaling(out: Path, results: dict) -> dict:
             most[bus] = max(most.get(bus, 0), count)
 
     results["two_gpus"] = step("150 updates on two GPUs (--nproc 2)", attncli(
-        "train", *short, "--name", "two-gpus", "--nproc", "2"), out / "two-gpus.log", 600,
+        ["train", *short, "--name", "two-gpus", "--nproc", "2"]), out / "two-gpus.log", 600,
         watch=count_processes)
     if most:  # nvidia-smi saw the ranks: one process per GPU, none extra on GPU 0
         results["one_process_per_gpu"] = {"ok": set(most.values()) == {1}, "seen": most}
@@ -197,15 +198,15 @@ def main() -> int:
     results["cuda_tests"] = step("CUDA tests", [sys.executable, "-m", "pytest", "-q", "-k",
                                                 "cuda", "tests"], out / "tests.log", 300)
     results["bench"] = step("bench", attncli(
-        "bench", "--device", "cuda", "--config", "configs/base.yaml", "--json",
-        str(out / "bench.json")), out / "bench.log", 240)
+        ["bench", "--device", "cuda", "--config", "configs/base.yaml", "--json",
+         str(out / "bench.json")]), out / "bench.log", 240)
     run = out / "runs" / "base"
     results["train"] = step("timed base.yaml run", attncli(
-        "train", "configs/base.yaml", "--device", "cuda", "--runs-dir", str(out / "runs"),
-        "--name", "base", "--set", f"train.max_minutes={args.minutes}", "--set",
-        "train.max_steps=100000", "--set", "train.eval_every=1000000", "--set",
-        "data.valid_limit=200"), out / "train.log", int(args.minutes * 60) + 240)
-    results["eval"] = step("eval", attncli("eval", str(run), "--device", "cuda"),
+        ["train", "configs/base.yaml", "--device", "cuda", "--runs-dir", str(out / "runs"),
+         "--name", "base", "--set", f"train.max_minutes={args.minutes}", "--set",
+         "train.max_steps=100000", "--set", "train.eval_every=1000000", "--set",
+         "data.valid_limit=200"]), out / "train.log", int(args.minutes * 60) + 240)
+    results["eval"] = step("eval", attncli(["eval", str(run), "--device", "cuda"]),
                            out / "eval.log", 300)
     scaling = two_gpu_scaling(out, results) if gpu_count() >= 2 else {}
     summary = {**bench_figures(out / "bench.json"), **training_figures(run),

@@ -113,7 +113,7 @@ def _kill_while_training(proc: subprocess.Popen, run: Path, rng: random.Random) 
     return True
 
 
-def trial(work: Path, steps: int, kills: int, in_save: int, seed: int) -> dict:
+def trial(work: Path, *, steps: int, kills: int, in_save: int, seed: int) -> dict:
     from attncli.runs.checkpoints import SAVE_PHASES
 
     rng = random.Random(seed)
@@ -180,7 +180,8 @@ def main() -> None:
                                env=_env(), capture_output=True, text=True)
     if reference.returncode != 0:
         raise SystemExit(f"reference run failed: {reference.stderr.strip()[-500:]}")
-    result = trial(args.work, args.steps, args.kills, args.in_save, args.seed)
+    result = trial(args.work, steps=args.steps, kills=args.kills, in_save=args.in_save,
+                   seed=args.seed)
     ref, got = _losses(args.work / "reference"), _losses(args.work / "trial")
     diffs = [abs(got[s] - ref[s]) for s in ref if s in got]
     report = {**result, "steps": args.steps, "steps_compared": len(diffs),

@@ -56,7 +56,7 @@ CASES = {
 }
 
 
-def run_case(config: str, case: str, pad: int, args: argparse.Namespace, work: Path) -> dict:
+def run_case(config: str, case: str, *, pad: int, args: argparse.Namespace, work: Path) -> dict:
     """Train one case and read its memory figures from metrics.jsonl and train.log."""
     name = f"{case}-pad{pad}"
     settings = [f"train.max_steps={args.steps}", f"train.pad_multiple={pad}",
@@ -139,7 +139,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="memory-growth-") as work:
         for case in args.case or list(CASES):
             for pad in args.pad or [1, 2, 4, 8]:
-                rows.append(run_case(args.config, case, pad, args, Path(work)))
+                rows.append(run_case(args.config, case, pad=pad, args=args, work=Path(work)))
                 print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

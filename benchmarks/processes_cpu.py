@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def train(runs: Path, name: str, steps: int, processes: int, extra: list[str]) -> dict:
+def train(runs: Path, name: str, *, steps: int, processes: int, extra: list[str]) -> dict:
     sets = [f"train.max_steps={steps}", "train.accum_steps=2", "train.precision=fp32",
             "model.dropout=0", "train.log_every=1", "train.eval_every=1000000",
             "data.valid_limit=50", *extra]
@@ -54,8 +54,8 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores")
     with tempfile.TemporaryDirectory() as folder:
         runs = Path(folder)
-        one = train(runs, "one", args.steps, 1, args.sets)
-        two = train(runs, "two", args.steps, 2, args.sets)
+        one = train(runs, "one", steps=args.steps, processes=1, extra=args.sets)
+        two = train(runs, "two", steps=args.steps, processes=2, extra=args.sets)
     for run in (one, two):
         print(f"{run['processes']} process(es): wall {run['wall_s']} s, median "
               f"{run['tgt_tokens_per_s']:,.0f} tgt tok/s, loss at step {args.steps} "

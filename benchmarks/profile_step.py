@@ -78,8 +78,8 @@ def main() -> int:
     loss_fn, optimizer = SummedLoss(model), make_optimizer(model, cfg.train)
 
     def step(i: int) -> None:
-        train_step(loss_fn, optimizer, [batches[i % len(batches)]], cfg.train, cfg.train.lr,
-                   device, args.precision)
+        train_step(loss_fn, optimizer, [batches[i % len(batches)]], cfg=cfg.train,
+                   lr=cfg.train.lr, device=device, precision=args.precision)
 
     for i in range(2 * len(batches)):  # every shape seen (and compiled) before profiling
         step(i)

@@ -38,7 +38,7 @@ def cpu_kind() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()}, bf16 {bf16}, AMX {amx}"
 
 
-def train_and_eval(config: Path, runs_dir: Path, name: str, overrides: list[str],
+def train_and_eval(config: Path, runs_dir: Path, name: str, *, overrides: list[str],
                    minutes: float) -> Path:
     """One variant: trained for `minutes`, then `attncli eval` (writes RUN/eval/test.json, or
     test-<corpus>.json for each corpus of a mix)."""
@@ -87,7 +87,8 @@ def main() -> None:
     for variant in args.variant:
         name, _, sets = variant.partition("=")
         overrides = [s for s in sets.split(",") if s]
-        runs.append(train_and_eval(args.config, args.runs_dir, name, overrides, args.minutes))
+        runs.append(train_and_eval(args.config, args.runs_dir, name, overrides=overrides,
+                                   minutes=args.minutes))
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + " --- |" * len(COLUMNS))
     for run in runs:

@@ -39,7 +39,7 @@ def checkout(ref: str, into: Path) -> Path:
     return into
 
 
-def train_curve(tree: Path, precision: str, steps: int, work: Path,
+def train_curve(tree: Path, precision: str, *, steps: int, work: Path,
                 extra: list[str] = (), config: str = "configs/small.yaml") -> list[dict]:
     """metrics.jsonl of a short run of `config` (in `tree`) trained by the code in `tree`."""
     runs = work / f"runs-{precision}"
@@ -100,10 +100,10 @@ def main() -> int:
             if precision == "bf16" and not bf16_supported():
                 print("bf16: skipped, this CPU has no bf16 support")
                 continue
-            ours = train_curve(HERE, precision, args.steps, work / "here", args.settings,
-                               args.config)
-            theirs = train_curve(other, precision, args.steps, work / "there", args.settings,
-                                 args.ref_config or args.config)
+            ours = train_curve(HERE, precision, steps=args.steps, work=work / "here",
+                               extra=args.settings, config=args.config)
+            theirs = train_curve(other, precision, steps=args.steps, work=work / "there",
+                                 extra=args.settings, config=args.ref_config or args.config)
             differences = compare(ours, theirs)
             losses = [f"{e['loss']:.6f}" for e in ours if e.get("event") == "train"]
             print(f"{precision}: {len(ours)} events, {len(differences)} differences "

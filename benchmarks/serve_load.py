@@ -79,8 +79,8 @@ def test_sentences(run: Path) -> list[str]:
 class Round:
     """`clients` threads posting sentences for `seconds` (at most `max_requests` in all)."""
 
-    def __init__(self, url: str, sentences: list[str], beam: int, clients: int, seconds: float,
-                 max_requests: int):
+    def __init__(self, url: str, sentences: list[str], *, beam: int, clients: int,
+                 seconds: float, max_requests: int):
         self.host, self.port = url.removeprefix("http://").split(":")
         self.sentences, self.beam, self.clients = sentences, beam, clients
         self.seconds, self.max_requests = seconds, max_requests
@@ -141,15 +141,16 @@ def measure(run: Path, engine: str, args) -> dict:
         server = Server(run, "--engine", engine, "--max-queue", "1024",
                         log_path=Path(tmp) / "server.log", threads=None)
         try:
-            Round(server.url, sentences, args.beam, 4, 3, 40).run()  # warm-up, not counted
+            Round(server.url, sentences, beam=args.beam, clients=4, seconds=3,
+                  max_requests=40).run()  # warm-up, not counted
             start_rss = rss_mib(server.process.pid)
             rounds = []
             for clients in args.clients:
                 before = server.request("/health").json
                 processes = {"server_cores": server.process.pid, "client_cores": os.getpid()}
                 cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-                rounds.append(Round(server.url, sentences, args.beam, clients, args.seconds,
-                                    args.max_requests).run())
+                rounds.append(Round(server.url, sentences, beam=args.beam, clients=clients,
+                                    seconds=args.seconds, max_requests=args.max_requests).run())
                 after = server.request("/health").json
                 for name, pid in processes.items():  # CPU cores each process kept busy
                     busy = cpu_seconds(pid) - cpu_before[name]

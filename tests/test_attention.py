@@ -96,7 +96,7 @@ def test_split_and_merge_heads_round_trip_exactly():
 def test_additive_attention_masks_and_normalises():
     q, k, v = _qkv()
     score = AdditiveScore(8)
-    out, w = additive_attention(q, k, v, score, padding_mask(torch.tensor([7, 3, 1]), 7))
+    out, w = additive_attention(q, k, v, score, mask=padding_mask(torch.tensor([7, 3, 1]), 7))
     assert out.shape == (3, 2, 5, 8)
     assert torch.all(w[1, :, :, 3:] == 0)
     torch.testing.assert_close(w.sum(-1), torch.ones(3, 2, 5))

@@ -8,7 +8,7 @@ import torch
 
 from attncli.core.config import DecodeConfig, ModelConfig
 from attncli.core.text import EOS_ID
-from attncli.decoding.search import translate_ids
+from attncli.decoding.search import SearchSettings, translate_ids
 from attncli.model import Seq2SeqTransformer
 from attncli.model.attention_maps import attention_maps
 
@@ -28,8 +28,9 @@ SOURCES = [[5, 9, 12, 7, 30, EOS_ID], [8, 8, 21, EOS_ID]]
 @pytest.mark.parametrize("scoring", ["dot", "additive"])
 def test_cross_attention_is_what_the_search_reports(scoring):
     model = _model(scoring)
-    found = translate_ids(model, SOURCES, DecodeConfig(max_len_a=1.0, max_len_b=4), 1, 1, "cpu",
-                          need_attention=True)
+    settings = SearchSettings.from_config(DecodeConfig(max_len_a=1.0, max_len_b=4), beam=1,
+                                          nbest=1, need_attention=True)
+    found = translate_ids(model, SOURCES, settings, device="cpu")
     for src, (best,) in zip(SOURCES, found, strict=True):
         maps = attention_maps(model, src, best.tokens)
         out, length = len(best.tokens) + 1, len(src)

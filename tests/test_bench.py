@@ -17,6 +17,7 @@ import torch
 
 from attncli.bench import (
     AttentionSizes,
+    BenchSizes,
     TorchTransformerPeer,
     attention_flops,
     measured_matmul_peak,
@@ -106,7 +107,7 @@ def test_timing_json_is_milliseconds():
 def attention_report() -> dict:
     cfg = Config(train=TrainConfig(precision="fp32"))
     return run_bench(CPU, ["attention"], cfg, warmup=0, repeats=1,
-                     attention_sizes=TINY_ATTENTION)
+                     sizes=BenchSizes(attention_sizes=TINY_ATTENTION))
 
 
 def _cell(report: dict, path: str, seq_len: int) -> dict:
@@ -196,7 +197,8 @@ def test_the_fused_path_is_timed_with_the_key_mask_training_passes(tiny_model_co
     sizes = AttentionSizes(batch=4, heads=2, head_dim=16, lengths=(32,), additive_cap_bytes=0)
     with mock.patch.object(F, "scaled_dot_product_attention", wraps=sdpa) as spy:
         suite = run_bench(CPU, ["attention"], Config(train=TrainConfig(precision="fp32")),
-                          warmup=0, repeats=1, attention_sizes=sizes)["suites"]["attention"]
+                          warmup=0, repeats=1,
+                          sizes=BenchSizes(attention_sizes=sizes))["suites"]["attention"]
     masks = [call.kwargs["attn_mask"] for call in spy.call_args_list]
     assert masks and all(m is not None and m.dtype == trained.dtype == torch.bool for m in masks)
     assert {m.shape for m in masks} == {(4, 1, 1, 32)} and trained.shape == (2, 1, 1, 4)
@@ -257,7 +259,7 @@ def test_flop_count_agrees_with_torchs_flop_counter(scoring):
 
 def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
     report = run_bench(CPU, ["train"], tiny_config, warmup=1, repeats=2,
-                       peak=(1e12, "given by the test"))
+                       sizes=BenchSizes(peak=(1e12, "given by the test")))
     suite = report["suites"]["train"]
     ours, peer = suite["rows"]
     for row in (ours, peer):
@@ -276,7 +278,7 @@ def test_an_additive_model_is_not_compared_with_the_dot_product_peer(tiny_config
     additive = tiny_config.model_copy(update={"model": tiny_config.model.model_copy(
         update={"scoring": "additive"})})
     report = run_bench(CPU, ["train", "infer"], additive, warmup=1, repeats=1,
-                       peak=(1e12, "given by the test"), infer_batch_sizes=(1,))
+                       sizes=BenchSizes(peak=(1e12, "given by the test"), infer_batch_sizes=(1,)))
     train, infer = report["suites"]["train"], report["suites"]["infer"]
     assert [row["model"] for row in train["rows"]] == ["attncli Seq2SeqTransformer"]
     assert train["ours_over_peer"] is None and "dot-product" in train["peer_skipped"]
@@ -302,7 +304,7 @@ def test_known_gpu_peaks():
 def test_infer_suite_decodes_a_known_number_of_tokens(tiny_config):
     pytest.importorskip("attncli.decoding.search")
     report = run_bench(CPU, ["infer"], tiny_config, warmup=0, repeats=2,
-                       infer_batch_sizes=(1, 3))
+                       sizes=BenchSizes(infer_batch_sizes=(1, 3)))
     rows = report["suites"]["infer"]["rows"]
     ours = [("greedy", 1), ("greedy", 3), ("beam 5", 1), ("beam 5", 3)]
     exported = ([(f"ctranslate2 {search}", batch) for search, batch in ours]
@@ -365,7 +367,9 @@ def test_a_long_legal_name_is_written_and_leaves_no_temp_file(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_attention_suite_times_with_events_and_reports_the_kernel():
     report = run_bench(torch.device("cuda"), ["attention"], Config(), warmup=1, repeats=2,
-                       attention_sizes=AttentionSizes(1, 2, 64, (128, 1024), 2**24))
+                       sizes=BenchSizes(attention_sizes=AttentionSizes(
+                           batch=1, heads=2, head_dim=64, lengths=(128, 1024),
+                           additive_cap_bytes=2**24)))
     suite = report["suites"]["attention"]
     assert suite["dtype"] == "bfloat16"
     fused = next(r for r in suite["rows"] if r["path"] == "fused" and r["seq_len"] == 1024)
@@ -386,7 +390,8 @@ def test_what_was_measured_is_kept_before_its_tables_are_printed():
 
     kept: list[dict] = []
     report = run_bench(CPU, ["attention"], Config(train=TrainConfig(precision="fp32")),
-                       warmup=0, repeats=1, console=Broken(), attention_sizes=TINY_ATTENTION,
+                       warmup=0, repeats=1, console=Broken(),
+                       sizes=BenchSizes(attention_sizes=TINY_ATTENTION),
                        keep=lambda report: kept.append(json.loads(json.dumps(report))))
     assert kept and kept[-1]["suites"]["attention"]["rows"] == report["suites"]["attention"][
         "rows"]

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
-from attncli.decoding.search import _in_place_order, beam_search, compaction, max_output_lengths
+from attncli.decoding.search import (
+    SearchSettings,
+    _in_place_order,
+    beam_search,
+    compaction,
+    max_output_lengths,
+)
 from attncli.model.attention import MultiHeadAttention
 from attncli.model.kv_cache import KVCache, changed_rows
 from tests.test_search import A, B, _model, _padded, _sources
@@ -68,7 +74,8 @@ def model():
 def test_batched_in_place_search_equals_a_plain_one_with_beams_ending_at_different_steps(
         model, beam):
     sources = _sources()
-    found = beam_search(model, _padded(sources), beam, A, B, length_penalty=0.8, nbest=beam)
+    found = beam_search(model, _padded(sources),
+                        SearchSettings(A, B, beam=beam, length_penalty=0.8, nbest=beam))
     for source, hyps in zip(sources, found, strict=True):
         plain = _plain_beam_search(model, source, beam, 0.8)
         assert [h.tokens for h in hyps] == [tokens for tokens, _ in plain]

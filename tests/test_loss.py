@@ -34,7 +34,8 @@ def test_matches_stock_cross_entropy_and_its_gradients(monkeypatch, smoothing, r
     monkeypatch.setattr(loss_module, "drops_padding_rows", lambda device: drop_padding)
     monkeypatch.setattr(loss_module, "SCORED_ROWS_MULTIPLE", 4)  # some padding rows stay in
     hidden, weight, bias, targets = _inputs(rows)
-    fused = projected_cross_entropy(hidden, weight, bias, targets, PAD, smoothing, torch.float64)
+    fused = projected_cross_entropy(hidden, weight, bias, targets, ignore_index=PAD,
+                                    label_smoothing=smoothing, compute_dtype=torch.float64)
     fused_grads = torch.autograd.grad(fused * 3.0, (hidden, weight, bias))
     stock = _reference(hidden, weight, bias, targets, smoothing)
     stock_grads = torch.autograd.grad(stock * 3.0, (hidden, weight, bias))
@@ -49,14 +50,16 @@ def test_batched_shapes_and_no_grad_mode():
     hidden, weight, bias, targets = _inputs(12)
     with torch.no_grad():
         value = projected_cross_entropy(hidden.view(3, 4, -1), weight, bias, targets.view(3, 4),
-                                        PAD, 0.1, torch.float64)
+                                        ignore_index=PAD, label_smoothing=0.1,
+                                        compute_dtype=torch.float64)
         assert value.item() == pytest.approx(_reference(hidden, weight, bias, targets, 0.1).item())
 
 
 def test_bf16_products_stay_close_to_fp32():
     hidden, weight, bias, targets = (t.float().detach() if t.is_floating_point() else t
                                      for t in _inputs(64, dim=32, vocab=101))
-    low = projected_cross_entropy(hidden, weight, bias, targets, PAD, 0.1, torch.bfloat16)
+    low = projected_cross_entropy(hidden, weight, bias, targets, ignore_index=PAD,
+                                  label_smoothing=0.1, compute_dtype=torch.bfloat16)
     full = _reference(hidden, weight, bias, targets, 0.1)
     assert low.item() == pytest.approx(full.item(), rel=2e-2)
 
@@ -71,7 +74,8 @@ def test_model_summed_loss_equals_loss_on_its_logits():
     src = torch.randint(4, 50, (3, 6))
     tgt = torch.randint(4, 50, (3, 8))
     tgt[0, 5:] = PAD
-    summed = model.summed_loss(src, tgt[:, :-1], tgt[:, 1:], 0.1, torch.float64)
+    summed = model.summed_loss(src, tgt[:, :-1], tgt[:, 1:], label_smoothing=0.1,
+                               compute_dtype=torch.float64)
     logits = model(src, tgt[:, :-1])
     stock = F.cross_entropy(logits.reshape(-1, 50), tgt[:, 1:].reshape(-1), ignore_index=PAD,
                             label_smoothing=0.1, reduction="sum")
@@ -90,11 +94,12 @@ def test_validation_loss_forms_no_gradients_and_equals_the_training_loss():
     """Under inference mode (validation) the loss allocates nothing of the weight's size:
     the gradients it would form are weight-, hidden- and bias-sized."""
     hidden, weight, bias, targets = _inputs(8, dim=64, vocab=4000)
-    args = (hidden.float(), weight.float(), bias.float(), targets, PAD, 0.1)
-    training = projected_cross_entropy(*args)
+    args = (hidden.float(), weight.float(), bias.float(), targets)
+    options = {"ignore_index": PAD, "label_smoothing": 0.1}
+    training = projected_cross_entropy(*args, **options)
     with torch.inference_mode():
-        validation = projected_cross_entropy(*args)
-        spent = _bytes_allocated(lambda: projected_cross_entropy(*args))
+        validation = projected_cross_entropy(*args, **options)
+        spent = _bytes_allocated(lambda: projected_cross_entropy(*args, **options))
     assert validation.item() == training.item()
     weight_bytes = weight.numel() * 4
     assert spent < weight_bytes, f"{spent:,} bytes allocated; a weight gradient is {weight_bytes:,}"

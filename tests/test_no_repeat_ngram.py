@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from attncli.core.config import DecodeConfig
-from attncli.decoding.search import beam_search, block_repeated_ngrams, greedy_search, translate_ids
+from attncli.decoding.search import (
+    SearchSettings,
+    beam_search,
+    block_repeated_ngrams,
+    greedy_search,
+    translate_ids,
+)
 from attncli.model import Seq2SeqTransformer
 from tests.test_decoding_cache import _plain_beam_search
 from tests.test_search import VOCAB, A, B, _model, _padded, _sources
@@ -66,10 +72,10 @@ def test_blocking_keeps_other_logits_and_forbidden_ones():
 def _hypotheses(model, beam: int, n: int, **kwargs) -> list[list[int]]:
     src = _padded(_sources())
     if beam == 1:
-        return [h.tokens for h in greedy_search(model, src, A, B, no_repeat_ngram_size=n,
-                                                **kwargs)]
-    return [h.tokens for hyps in beam_search(model, src, beam, A, B, nbest=beam,
-                                             no_repeat_ngram_size=n, **kwargs) for h in hyps]
+        settings = SearchSettings(A, B, no_repeat_ngram_size=n, **kwargs)
+        return [h.tokens for h in greedy_search(model, src, settings)]
+    settings = SearchSettings(A, B, beam=beam, nbest=beam, no_repeat_ngram_size=n, **kwargs)
+    return [h.tokens for hyps in beam_search(model, src, settings) for h in hyps]
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -86,8 +92,8 @@ def test_greedy_outputs_without_repeats_stay_as_they_were(model, n):
     """Greedy bans only tokens that would repeat an n-gram, so an output that repeats none
     is the same token for token, log-probability included."""
     src = _padded(_sources())
-    free = greedy_search(model, src, A, B)
-    blocked = greedy_search(model, src, A, B, no_repeat_ngram_size=n)
+    free = greedy_search(model, src, SearchSettings(A, B))
+    blocked = greedy_search(model, src, SearchSettings(A, B, no_repeat_ngram_size=n))
     for before, after in zip(free, blocked, strict=True):
         if not repeats_an_ngram(before.tokens, n):
             assert after.tokens == before.tokens and after.log_prob == before.log_prob
@@ -101,8 +107,8 @@ def test_batched_blocked_search_equals_a_plain_one(model, beam, n):
     """The batched search blocks on each row's own prefix while beams reorder and finished
     sentences leave (rows move); n = 0 is the search as it was without the option."""
     sources = _sources()
-    found = beam_search(model, _padded(sources), beam, A, B, length_penalty=0.8, nbest=beam,
-                        no_repeat_ngram_size=n)
+    found = beam_search(model, _padded(sources), SearchSettings(
+        A, B, beam=beam, length_penalty=0.8, nbest=beam, no_repeat_ngram_size=n))
     for source, hyps in zip(sources, found, strict=True):
         plain = _plain_beam_search(model, source, beam, 0.8, no_repeat=n)
         assert [h.tokens for h in hyps] == [tokens for tokens, _ in plain]
@@ -111,8 +117,10 @@ def test_batched_blocked_search_equals_a_plain_one(model, beam, n):
 
 def test_translate_ids_takes_the_size_from_the_decode_config(model):
     cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=4, no_repeat_ngram_size=2)
-    found = translate_ids(model, _sources(), cfg, beam=3, nbest=3, device="cpu")
+    found = translate_ids(model, _sources(), SearchSettings.from_config(cfg, beam=3, nbest=3),
+                          device="cpu")
     assert [[h.tokens for h in hyps] for hyps in found] == [
         [h.tokens for h in hyps] for hyps in
-        beam_search(model, _padded(_sources()), 3, A, B, nbest=3, no_repeat_ngram_size=2)]
+        beam_search(model, _padded(_sources()),
+                    SearchSettings(A, B, beam=3, nbest=3, no_repeat_ngram_size=2))]
     assert not any(repeats_an_ngram(h.tokens, 2) for hyps in found for h in hyps)

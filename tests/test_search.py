@@ -9,7 +9,13 @@ from attncli.core.config import DecodeConfig, ModelConfig
 from attncli.core.device import resolve_decode_precision
 from attncli.core.errors import AttncliError
 from attncli.core.text import BOS_ID, EOS_ID, PAD_ID
-from attncli.decoding.search import beam_search, greedy_search, max_output_lengths, translate_ids
+from attncli.decoding.search import (
+    SearchSettings,
+    beam_search,
+    greedy_search,
+    max_output_lengths,
+    translate_ids,
+)
 from attncli.model import Seq2SeqTransformer
 
 VOCAB = 40
@@ -50,8 +56,8 @@ def model() -> Seq2SeqTransformer:
 
 def test_beam_of_one_equals_greedy(model):
     src = _padded(_sources())
-    greedy = greedy_search(model, src, A, B)
-    beam = beam_search(model, src, 1, A, B)
+    greedy = greedy_search(model, src, SearchSettings(A, B))
+    beam = beam_search(model, src, SearchSettings(A, B, beam=1))
     assert [h.tokens for h in greedy] == [hyps[0].tokens for hyps in beam]
     for g, (b,) in zip(greedy, beam, strict=True):
         assert g.log_prob == pytest.approx(b.log_prob, abs=1e-5)
@@ -62,21 +68,22 @@ def test_beam_of_one_equals_greedy(model):
 @pytest.mark.parametrize("beam", [1, 3, 4, 5])
 def test_search_with_cache_equals_search_without(model, beam):
     src = _padded(_sources())
-    cached = beam_search(model, src, beam, A, B, nbest=beam)
-    recomputed = beam_search(model, src, beam, A, B, nbest=beam, use_cache=False)
+    cached = beam_search(model, src, SearchSettings(A, B, beam=beam, nbest=beam))
+    recomputed = beam_search(model, src,
+                             SearchSettings(A, B, beam=beam, nbest=beam, use_cache=False))
     for with_cache, without in zip(cached, recomputed, strict=True):
         assert [h.tokens for h in with_cache] == [h.tokens for h in without]
         assert [h.score for h in with_cache] == pytest.approx([h.score for h in without],
                                                               abs=1e-5)
-    greedy = greedy_search(model, src, A, B)
-    assert [h.tokens for h in greedy] == [h.tokens for h in greedy_search(model, src, A, B,
-                                                                            use_cache=False)]
+    greedy = greedy_search(model, src, SearchSettings(A, B))
+    assert [h.tokens for h in greedy] == [
+        h.tokens for h in greedy_search(model, src, SearchSettings(A, B, use_cache=False))]
 
 
 def test_beam_search_finds_at_least_as_good_a_best_hypothesis_as_greedy(model):
     src = _padded(_sources())
-    greedy = greedy_search(model, src, A, B)
-    beam = beam_search(model, src, 5, A, B)
+    greedy = greedy_search(model, src, SearchSettings(A, B))
+    beam = beam_search(model, src, SearchSettings(A, B, beam=5))
     assert sum(b[0].score >= g.score - 1e-6 for g, b in zip(greedy, beam, strict=True)) >= 5
     assert any(b[0].tokens != g.tokens for g, b in zip(greedy, beam, strict=True))
 
@@ -84,16 +91,18 @@ def test_beam_search_finds_at_least_as_good_a_best_hypothesis_as_greedy(model):
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_batch_decodes_like_each_sentence_alone(model, beam):
     sources = _sources()
-    together = beam_search(model, _padded(sources), beam, A, B, nbest=beam)
+    together = beam_search(model, _padded(sources), SearchSettings(A, B, beam=beam, nbest=beam))
     for src, hyps in zip(sources, together, strict=True):
-        (alone,) = beam_search(model, torch.tensor([src]), beam, A, B, nbest=beam)
+        (alone,) = beam_search(model, torch.tensor([src]),
+                               SearchSettings(A, B, beam=beam, nbest=beam))
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
 def test_nbest_lists_are_sorted_distinct_and_scored_by_normalised_log_prob(model):
     penalty = 0.6
-    results = beam_search(model, _padded(_sources()), 5, A, B, length_penalty=penalty, nbest=5)
+    results = beam_search(model, _padded(_sources()),
+                          SearchSettings(A, B, beam=5, length_penalty=penalty, nbest=5))
     for hyps in results:
         assert len(hyps) == 5
         scores = [h.score for h in hyps]
@@ -111,8 +120,8 @@ def test_maximum_length_is_respected_and_reached_when_eos_never_wins():
     src = _padded(sources)
     limits = [int(1.5 * len(s) + 2) for s in sources]
     assert max_output_lengths(src, model, 1.5, 2).tolist() == limits
-    for hyps in (greedy_search(model, src, 1.5, 2), [h[0] for h in beam_search(model, src, 3,
-                                                                             1.5, 2)]):
+    for hyps in (greedy_search(model, src, SearchSettings(1.5, 2)),
+                 [h[0] for h in beam_search(model, src, SearchSettings(1.5, 2, beam=3))]):
         assert [len(h.tokens) for h in hyps] == limits
     # and never beyond the positions the model has (one is kept for the EOS step)
     assert max_output_lengths(src, model, 100.0, 0).max().item() == model.cfg.max_positions - 1
@@ -122,8 +131,9 @@ def test_maximum_length_is_respected_and_reached_when_eos_never_wins():
 def test_attention_rows_sum_to_one_and_padding_gets_none(model, beam):
     sources = _sources()
     src = _padded(sources)
-    results = beam_search(model, src, beam, A, B, nbest=beam, need_attention=True)
-    plain = beam_search(model, src, beam, A, B, nbest=beam)
+    results = beam_search(model, src,
+                          SearchSettings(A, B, beam=beam, nbest=beam, need_attention=True))
+    plain = beam_search(model, src, SearchSettings(A, B, beam=beam, nbest=beam))
     for source, hyps, plain_hyps in zip(sources, results, plain, strict=True):
         # the reference path (which returns weights) decodes the same as the fused one
         assert [h.tokens for h in hyps] == [h.tokens for h in plain_hyps]
@@ -138,16 +148,18 @@ def test_translate_ids_sorts_batches_returns_input_order_and_trims_attention(mod
     sources = _sources()
     cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=2, length_penalty=1.0,
                        no_repeat_ngram_size=0)
-    found = translate_ids(model, sources, cfg, beam=3, nbest=2, device="cpu",
-                          need_attention=True)
+    found = translate_ids(model, sources, SearchSettings.from_config(
+        cfg, beam=3, nbest=2, need_attention=True), device="cpu")
     for source, hyps in zip(sources, found, strict=True):
-        alone = beam_search(model, torch.tensor([source]), 3, A, B, nbest=2)[0]
+        alone = beam_search(model, torch.tensor([source]), SearchSettings(A, B, beam=3, nbest=2))[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert all(h.attention.shape[-1] == len(source) for h in hyps)
-    greedy = translate_ids(model, sources, cfg, beam=1, nbest=1, device="cpu")
+    greedy = translate_ids(model, sources, SearchSettings.from_config(cfg, beam=1, nbest=1),
+                           device="cpu")
     assert [h[0].tokens for h in greedy] == [h.tokens for h in greedy_search(
-        model, _padded(sources), A, B)]
-    assert translate_ids(model, [], cfg, beam=2, nbest=1, device="cpu") == []
+        model, _padded(sources), SearchSettings(A, B))]
+    assert translate_ids(model, [], SearchSettings.from_config(cfg, beam=2, nbest=1),
+                         device="cpu") == []
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -163,7 +175,9 @@ def test_each_sentence_is_handed_over_once_as_soon_as_its_search_ends(model, bea
     sources = _sources()
     cfg = DecodeConfig(max_len_a=A, max_len_b=B, batch_size=4, no_repeat_ngram_size=0)
     try:
-        found = translate_ids(model, sources, cfg, beam=beam, nbest=beam, device="cpu", done=done)
+        found = translate_ids(model, sources,
+                              SearchSettings.from_config(cfg, beam=beam, nbest=beam),
+                              device="cpu", done=done)
     finally:
         hook.remove()
     assert sorted(handed) == list(range(len(sources)))
@@ -179,7 +193,8 @@ def test_each_sentence_is_handed_over_once_as_soon_as_its_search_ends(model, bea
 def test_translate_ids_leaves_training_mode_as_it_was(model):
     model.train()
     try:
-        translate_ids(model, _sources()[:2], DecodeConfig(), beam=1, nbest=1, device="cpu")
+        translate_ids(model, _sources()[:2],
+                      SearchSettings.from_config(DecodeConfig(), beam=1, nbest=1), device="cpu")
         assert model.training
     finally:
         model.eval()
@@ -187,7 +202,8 @@ def test_translate_ids_leaves_training_mode_as_it_was(model):
 
 def test_nbest_larger_than_beam_is_a_user_error(model):
     with pytest.raises(AttncliError, match="--nbest 3"):
-        translate_ids(model, _sources(), DecodeConfig(), beam=2, nbest=3, device="cpu")
+        translate_ids(model, _sources(),
+                      SearchSettings.from_config(DecodeConfig(), beam=2, nbest=3), device="cpu")
 
 
 @pytest.mark.parametrize("train_precision", ["auto", "bf16", "fp32"])

@@ -255,7 +255,7 @@ def test_compiled_loss_does_not_recompile_for_every_batch_shape(tiny_model_confi
         batch = collate([[3] * (int(src_lens[i]) - 1) + [2] for i in pairs],
                         [[4] * int(tgt_lens[i]) for i in pairs], 8)
         shapes.add((tuple(batch.src.shape), tuple(batch.tgt_out.shape)))
-        model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.1).backward()
+        model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out, label_smoothing=0.1).backward()
     assert len(shapes) >= 6
     assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
     torch._dynamo.reset()

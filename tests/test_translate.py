@@ -69,7 +69,7 @@ def workdir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     model = build_model(config, tokenizer)
     save_checkpoint(paths, model, make_optimizer(model, config.train), {"step": 0},
-                    model_fingerprint(config.model), best_step=0, keep=1)
+                    fingerprint=model_fingerprint(config.model), best_step=0, keep=1)
     return root
 
 

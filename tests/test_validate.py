@@ -11,7 +11,7 @@ import torch
 from attncli.core.config import Config
 from attncli.data.batching import Batch
 from attncli.training.distributed import World
-from attncli.training.validate import Validator
+from attncli.training.validate import ValidationSetup, Validator
 
 
 class _RecordingSplit:
@@ -31,8 +31,12 @@ class _RecordingSplit:
         return Batch(src=ids, tgt_in=ids, tgt_out=ids)
 
 
+CPU_FP32 = ValidationSetup(device=torch.device("cpu"), precision="fp32", pad_multiple=1,
+                           world=World())
+
+
 class _ConstantLoss(torch.nn.Module):
-    def summed_loss(self, src, tgt_in, tgt_out, smoothing, dtype):
+    def summed_loss(self, src, tgt_in, tgt_out, *, label_smoothing, compute_dtype):
         return torch.tensor(float(tgt_out.numel()))
 
 
@@ -41,8 +45,7 @@ def test_the_validation_loss_scores_only_the_first_valid_limit_pairs():
     split = _RecordingSplit(300)
     data = SimpleNamespace(val=split, val_text=SimpleNamespace(
         src=["x"] * 300, tgt=["y"] * 300, rows=list(range(300))))
-    validator = Validator(config, _ConstantLoss(), None, data, torch.device("cpu"), "fp32", 1,
-                          World())
+    validator = Validator(config, _ConstantLoss(), None, data, setup=CPU_FP32)
     assert validator.loss() == 1.0
     assert sorted(split.seen) == list(range(40))
     assert validator.src == ["x"] * 40
@@ -58,8 +61,7 @@ def test_loss_and_bleu_score_the_same_first_pairs_when_long_ones_are_left_out():
     split = _RecordingSplit(len(cache_rows), cache_rows)
     data = SimpleNamespace(val=split, val_text=SimpleNamespace(
         src=[f"s{r}" for r in text_rows], tgt=["y"] * 300, rows=text_rows))
-    validator = Validator(config, _ConstantLoss(), None, data, torch.device("cpu"), "fp32", 1,
-                          World())
+    validator = Validator(config, _ConstantLoss(), None, data, setup=CPU_FP32)
     validator.loss()
     assert validator.src[-1] == "s41"
     assert sorted(split.rows[split.seen]) == [r for r in text_rows[:40] if r not in (5, 12)]

@@ -19,13 +19,20 @@ Imports every layer up to `training` (its train step), never `serve`. One module
 """
 
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
-from attncli.bench.command import SUITES, bench_command, default_config_path, run_bench, write_json
+from attncli.bench.command import (
+    SUITES,
+    BenchSizes,
+    bench_command,
+    default_config_path,
+    run_bench,
+    write_json,
+)
 from attncli.bench.flops import attention_flops, seq2seq_forward_flops
 from attncli.bench.peaks import device_peak, measured_matmul_peak, spec_bf16_peak
 from attncli.bench.peer import TorchTransformerPeer
 from attncli.bench.train_suite import run_train_suite, synthetic_batches
 
-__all__ = ["SUITES", "AttentionSizes", "TorchTransformerPeer", "attention_flops",
+__all__ = ["SUITES", "AttentionSizes", "BenchSizes", "TorchTransformerPeer", "attention_flops",
            "bench_command", "default_config_path", "device_peak", "measured_matmul_peak",
            "run_attention_suite", "run_bench", "run_train_suite", "seq2seq_forward_flops",
            "spec_bf16_peak", "synthetic_batches", "write_json"]

@@ -117,12 +117,12 @@ def _attention_paths(head_dim: int, device: torch.device, dtype: torch.dtype
         "reference": (lambda q, k, v, mask: reference_attention(q, k, v, mask)[0], []),
         "fused": (lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                   []),
-        "additive": (lambda q, k, v, mask: additive_attention(q, k, v, score, mask)[0],
+        "additive": (lambda q, k, v, mask: additive_attention(q, k, v, score, mask=mask)[0],
                      list(score.parameters())),
     }
 
 
-def _forward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, mask: Tensor
+def _forward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor
                     ) -> Callable[[], object]:
     def run() -> None:
         with torch.no_grad():
@@ -130,8 +130,8 @@ def _forward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, mask: 
     return run
 
 
-def _forward_backward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
-                             params: list[Tensor]) -> Callable[[], object]:
+def _forward_backward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tensor, *,
+                             mask: Tensor, params: list[Tensor]) -> Callable[[], object]:
     inputs = [q, k, v, *params]
     grad_out = torch.randn_like(q)
 
@@ -140,7 +140,7 @@ def _forward_backward_runner(path: AttentionPath, q: Tensor, k: Tensor, v: Tenso
     return run
 
 
-def _timed_mode(run: Callable[[], object], flops: float, device: torch.device, warmup: int,
+def _timed_mode(run: Callable[[], object], flops: float, *, device: torch.device, warmup: int,
                 repeats: int) -> dict[str, Any]:
     """Timing + peak memory + TFLOP/s of one cell, or the reason it could not run."""
     try:
@@ -151,7 +151,7 @@ def _timed_mode(run: Callable[[], object], flops: float, device: torch.device, w
     return {**timing.to_json(), "tflops": flops / timing.median_s / 1e12}
 
 
-def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: AttentionSizes,
+def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: AttentionSizes, *,
                         warmup: int, repeats: int) -> dict[str, Any]:
     """Every path x length x {forward, forward+backward}; see `AttentionSizes`."""
     b, h, d = sizes.batch, sizes.heads, sizes.head_dim
@@ -176,12 +176,13 @@ def run_attention_suite(device: torch.device, dtype: torch.dtype, sizes: Attenti
                 row["kernel"] = sdpa_kernel_used(q, k, v, mask)
                 if not kernels_that_run:
                     kernels_that_run = sdpa_kernels_that_run(q, k, v, mask)
-            flops = attention_flops(b, h, t, t, d, additive=name == "additive")
-            row["forward"] = _timed_mode(_forward_runner(path, q, k, v, mask), flops, device,
-                                         warmup, repeats)
+            flops = attention_flops(b, h, q_len=t, k_len=t, head_dim=d,
+                                    additive=name == "additive")
+            row["forward"] = _timed_mode(_forward_runner(path, q, k, v, mask=mask), flops,
+                                         device=device, warmup=warmup, repeats=repeats)
             row["forward_backward"] = _timed_mode(
-                _forward_backward_runner(path, q, k, v, mask, params),
-                FWD_BWD_FLOP_FACTOR * flops, device, warmup, repeats)
+                _forward_backward_runner(path, q, k, v, mask=mask, params=params),
+                FWD_BWD_FLOP_FACTOR * flops, device=device, warmup=warmup, repeats=repeats)
             rows.append(row)
     return {
         "batch": b, "heads": h, "head_dim": d, "lengths": list(sizes.lengths),

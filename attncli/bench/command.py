@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,27 +36,37 @@ SUITES = ("attention", "train", "infer")
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
+@dataclass(frozen=True)
+class BenchSizes:
+    """What `run_bench` otherwise takes from the device: the attention suite's sizes, the
+    infer suite's batch sizes, and the peak FLOP/s that MFU divides by (with its source).
+    Tests pass tiny ones; one object, so that none of them is given by position."""
+
+    attention_sizes: AttentionSizes | None = None
+    infer_batch_sizes: Sequence[int] = (1, 64)
+    peak: tuple[float, str] | None = None
+
+
 def run_bench(
     device: torch.device,
     suites: Sequence[str],
     cfg: Config,
+    *,
     warmup: int,
     repeats: int,
     console: Console | None = None,
-    attention_sizes: AttentionSizes | None = None,
-    infer_batch_sizes: Sequence[int] = (1, 64),
-    peak: tuple[float, str] | None = None,
     keep: Callable[[dict[str, Any]], None] | None = None,
+    sizes: BenchSizes | None = None,
 ) -> dict[str, Any]:
     """Run ``suites`` and return the report (what --json writes); print tables if ``console``.
     ``keep(report)`` after each suite, before its tables: what was measured is written even if
-    printing then fails (a closed pipe, a full disk).
-
-    The sizes and ``peak`` (FLOP/s, its source) default to the device's; tests pass tiny ones.
+    printing then fails (a closed pipe, a full disk). ``sizes``: see `BenchSizes` (default:
+    the device's).
     """
+    sizes = sizes or BenchSizes()
     precision = resolve_precision(cfg.train.precision, device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    report = _report_head(device, precision, dtype, warmup, repeats)
+    report = _report_head(device, precision, dtype, warmup=warmup, repeats=repeats)
     console = _shown(console, Text(
         f"attncli bench · {report['device_name']} ({device.type}, {report['threads']} "
         f"threads) · torch {torch.__version__} · {precision}", style="bold"))
@@ -65,16 +76,17 @@ def run_bench(
         with status:
             if suite == "attention":
                 result = run_attention_suite(
-                    device, dtype, attention_sizes or AttentionSizes.for_device(device), warmup,
-                    repeats)
+                    device, dtype, sizes.attention_sizes or AttentionSizes.for_device(device),
+                    warmup=warmup, repeats=repeats)
             elif suite == "train":
-                result = run_train_suite(
-                    cfg, device, precision, warmup, repeats,
-                    peak or device_peak(device, precision, warmup, repeats))
+                peak = sizes.peak or device_peak(device, precision, warmup=warmup,
+                                                 repeats=repeats)
+                result = run_train_suite(cfg, device, precision, warmup=warmup,
+                                         repeats=repeats, peak=peak)
             elif suite == "infer":
                 result = run_infer_suite(
-                    cfg, device, resolve_decode_precision(cfg.train.precision, device), warmup,
-                    repeats, infer_batch_sizes)
+                    cfg, device, resolve_decode_precision(cfg.train.precision, device),
+                    warmup=warmup, repeats=repeats, batch_sizes=sizes.infer_batch_sizes)
             else:
                 raise AttncliError(f"--suite {suite}: expected one of {', '.join(SUITES)}, all")
         result["wall_s"] = time.perf_counter() - start
@@ -86,7 +98,7 @@ def run_bench(
     return report
 
 
-def _report_head(device: torch.device, precision: str, dtype: torch.dtype, warmup: int,
+def _report_head(device: torch.device, precision: str, dtype: torch.dtype, *, warmup: int,
                  repeats: int) -> dict[str, Any]:
     """What the report says of the machine and the settings, before any suite."""
     return {
@@ -130,7 +142,7 @@ def _check_positions(cfg: Config, suites: Sequence[str]) -> None:
                            f"which need {needed} positions (--suite attention runs without)")
 
 
-def bench_command(device: str, suite: str, config: Path | None, json_file: Path | None,
+def bench_command(device: str, suite: str, *, config: Path | None, json_file: Path | None,
                   warmup: int, repeats: int) -> None:
     """`attncli bench`: resolve the device first (no CUDA -> one line, exit 2), then run."""
     dev = resolve_device(device)
@@ -153,6 +165,6 @@ def bench_command(device: str, suite: str, config: Path | None, json_file: Path 
         if json_file is not None:
             write_json({**report, "config": said}, json_file)
 
-    run_bench(dev, suites, cfg, warmup, repeats, console, keep=keep)
+    run_bench(dev, suites, cfg, warmup=warmup, repeats=repeats, console=console, keep=keep)
     if json_file is not None:
         console.print(f"wrote {json_file}")

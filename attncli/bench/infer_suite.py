@@ -25,34 +25,34 @@ from attncli.decoding.ctranslate2 import (
     open_translator,
     write_spec,
 )
-from attncli.decoding.search import beam_search, greedy_search
+from attncli.decoding.search import SearchSettings, beam_search, greedy_search
 from attncli.model.transformer import Seq2SeqTransformer
 
 INFER_OUTPUT_LEN = 20  # tokens every synthetic sentence decodes before its forced EOS
 
 
-def _decode_runner(model: Seq2SeqTransformer, src: Tensor, beam: int, output_len: int,
+def _decode_runner(model: Seq2SeqTransformer, src: Tensor, settings: SearchSettings, *,
                    device: torch.device, precision: str, found: list[list[Any]]
                    ) -> Callable[[], object]:
     """One search call (greedy for beam 1); ``found`` keeps the last call's best hypotheses."""
     def run() -> None:
         with autocast(device, precision):
-            if beam == 1:
-                best = greedy_search(model, src, 0, output_len)
+            if settings.beam == 1:
+                best = greedy_search(model, src, settings)
             else:
-                best = [hyps[0] for hyps in beam_search(model, src, beam, 0, output_len)]
+                best = [hyps[0] for hyps in beam_search(model, src, settings)]
         found[:] = best
     return run
 
 
-def _row(engine: str, beam: int, batch_size: int, timing, tokens: int) -> dict[str, Any]:
+def _row(engine: str, beam: int, batch_size: int, *, timing, tokens: int) -> dict[str, Any]:
     return {"search": engine + ("greedy" if beam == 1 else f"beam {beam}"), "beam": beam,
             "batch": batch_size, "call": timing.to_json(),
             "sentences_per_s": batch_size / timing.median_s, "tgt_tokens": tokens,
             "tgt_tokens_per_s": tokens / timing.median_s}
 
 
-def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, Tensor],
+def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, Tensor], *,
                       beams: Sequence[int], output_len: int, warmup: int, repeats: int
                       ) -> list[dict[str, Any]]:
     """The same model and sources through its CTranslate2 export (float32), as
@@ -75,12 +75,12 @@ def _ctranslate2_rows(model: Seq2SeqTransformer, vocab: int, sources: dict[int, 
                         max_batch_size=64, suppress_sequences=banned_pieces(pieces.__getitem__))
 
                 timing = measure(run, warmup, repeats, torch.device("cpu"))
-                rows.append(_row("ctranslate2 ", beam, batch_size, timing,
-                                 sum(len(r.hypotheses[0]) for r in found)))
+                rows.append(_row("ctranslate2 ", beam, batch_size, timing=timing,
+                                 tokens=sum(len(r.hypotheses[0]) for r in found)))
     return rows
 
 
-def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: int,
+def run_infer_suite(cfg: Config, device: torch.device, precision: str, *, warmup: int,
                     repeats: int, batch_sizes: Sequence[int] = (1, 64),
                     beams: Sequence[int] = (1, 5), output_len: int = INFER_OUTPUT_LEN
                     ) -> dict[str, Any]:
@@ -106,14 +106,17 @@ def run_infer_suite(cfg: Config, device: torch.device, precision: str, warmup: i
     for beam in beams:
         for batch_size, src in sources.items():
             found: list[Any] = []
-            timing = measure(_decode_runner(model, src, beam, output_len, device, precision,
-                                            found), warmup, repeats, device)
-            rows.append(_row("", beam, batch_size, timing,
-                             sum(len(h.tokens) + 1 for h in found)))
+            settings = SearchSettings(max_len_a=0, max_len_b=output_len, beam=beam)
+            runner = _decode_runner(model, src, settings, device=device, precision=precision,
+                                    found=found)
+            timing = measure(runner, warmup, repeats, device)
+            rows.append(_row("", beam, batch_size, timing=timing,
+                             tokens=sum(len(h.tokens) + 1 for h in found)))
     skipped = _ctranslate2_problem(cfg)
     if device.type == "cpu" and importlib.util.find_spec("ctranslate2") is not None and not skipped:
         try:
-            rows += _ctranslate2_rows(model, vocab, sources, beams, output_len, warmup, repeats)
+            rows += _ctranslate2_rows(model, vocab, sources, beams=beams, output_len=output_len,
+                                      warmup=warmup, repeats=repeats)
         except OSError as err:  # its export goes to a temporary folder (TMPDIR) first
             skipped = f"its export to a temporary folder failed ({err.strerror}); check TMPDIR"
     return {

@@ -74,9 +74,10 @@ class TorchTransformerPeer(nn.Module):
         """src (batch, src_len), tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab)."""
         return F.linear(self._hidden(src, tgt_in), self.output_weight, self.output_bias)
 
-    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float,
-                    compute_dtype: torch.dtype = torch.float32) -> Tensor:
+    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, *,
+                    label_smoothing: float, compute_dtype: torch.dtype = torch.float32) -> Tensor:
         """The same fused projection + loss as ours, so the comparison is of the layers."""
         hidden = self._hidden(src, tgt_in)
         return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
-                                       self.pad_id, label_smoothing, compute_dtype)
+                                       ignore_index=self.pad_id, label_smoothing=label_smoothing,
+                                       compute_dtype=compute_dtype)

@@ -30,7 +30,7 @@ PROCESS_MEMORY_METHOD = ("the bench process's peak resident memory so far (getru
                          "earlier rows included")
 
 
-def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
+def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int, *,
                       lengths: tuple[int, int] = SENTENCE_LENGTHS, multiple: int = 1
                       ) -> list[Batch]:
     """``count`` token batches of random sentences, cut by the trainer's own `token_batches`.
@@ -46,14 +46,14 @@ def synthetic_batches(vocab: int, batch_tokens: int, count: int, seed: int,
            for _ in range(n)]
     src = [[rng.randrange(EOS_ID + 1, vocab)
             for _ in range(max(1, len(t) + rng.randint(-3, 3)))] + [EOS_ID] for t in tgt]
-    cut = token_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, seed, 0,
-                        multiple)
+    cut = token_batches([len(s) for s in src], [len(t) for t in tgt], batch_tokens, seed=seed,
+                        epoch=0, multiple=multiple)
     cut.sort(key=lambda ids: sum(len(tgt[i]) for i in ids), reverse=True)
     return [collate([src[i] for i in ids], [tgt[i] for i in ids], multiple)
             for ids in cut[:count]]
 
 
-def _train_runner(model: nn.Module, cfg: Config, batches: list[Batch], device: torch.device,
+def _train_runner(model: nn.Module, cfg: Config, batches: list[Batch], *, device: torch.device,
                   precision: str, seen: list[Batch]) -> Callable[[], object]:
     """One optimizer update per call, cycling through ``batches``; ``seen`` logs which."""
     optimizer = make_optimizer(model, cfg.train)
@@ -62,11 +62,12 @@ def _train_runner(model: nn.Module, cfg: Config, batches: list[Batch], device: t
     def step() -> None:
         batch = batches[len(seen) % len(batches)]
         seen.append(batch)
-        train_step(loss_fn, optimizer, [batch], cfg.train, cfg.train.lr, device, precision)
+        train_step(loss_fn, optimizer, [batch], cfg=cfg.train, lr=cfg.train.lr, device=device,
+                   precision=precision)
     return step
 
 
-def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: int,
+def run_train_suite(cfg: Config, device: torch.device, precision: str, *, warmup: int,
                     repeats: int, peak: tuple[float, str], num_batches: int = 4
                     ) -> dict[str, Any]:
     """Tokens/s and MFU of `train_step` for our model and the `TorchTransformerPeer`.
@@ -90,8 +91,9 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, warmup: i
         torch.manual_seed(cfg.train.seed)
         model = build(cfg.model, vocab, vocab, PAD_ID).to(device)
         seen: list[Batch] = []
-        timing = measure(_train_runner(model, cfg, batches, device, precision, seen),
-                         warmup_steps, repeats, device, memory=True)
+        runner = _train_runner(model, cfg, batches, device=device, precision=precision,
+                               seen=seen)
+        timing = measure(runner, warmup_steps, repeats, device, memory=True)
         timed = seen[warmup_steps: warmup_steps + repeats]
         tokens_per_s = [b.num_tgt_tokens / t for b, t in zip(timed, timing.times_s, strict=True)]
         flops_per_s = [flops[id(b)] / t for b, t in zip(timed, timing.times_s, strict=True)]

@@ -215,13 +215,14 @@ class Corpus:
 def corpora_of(data: DataConfig) -> list[Corpus]:
     """The training corpora of a data section: `data.corpora`, or `data.dataset` alone."""
     if data.corpora is None:
-        return [Corpus(data.dataset, data, 1.0, data.filters, None, mixed=False)]
+        return [Corpus(data.dataset, data, weight=1.0, filters=data.filters, licence=None,
+                       mixed=False)]
     return [Corpus(corpus.label, data.model_copy(update={
                 "dataset": corpus.dataset, "subset": corpus.subset,
                 "train_limit": corpus.train_limit if corpus.train_limit is not None
                 else data.train_limit, "filters": corpus.filters, "corpora": None,
                 "best_on": None}),
-            corpus.weight, corpus.filters, corpus.licence, mixed=True)
+            weight=corpus.weight, filters=corpus.filters, licence=corpus.licence, mixed=True)
             for corpus in data.corpora]
 
 

@@ -59,8 +59,8 @@ class PairFilter:
         for index, name in enumerate(FILTERS):
             if name not in self.active:
                 continue
-            dropped = self._dropped_by(name, src_texts, tgt_texts, src_tokens, tgt_tokens,
-                                       repeated)
+            dropped = self._dropped_by(name, src_texts, tgt_texts, src_tokens=src_tokens,
+                                       tgt_tokens=tgt_tokens, repeated=repeated)
             codes[(codes == KEPT) & dropped] = index + 1
         return codes
 

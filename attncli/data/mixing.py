@@ -76,10 +76,10 @@ class MixedCorpus:
         """The batches of `epoch` in training order (positions, see the class)."""
         picked = self.epoch_pairs(seed, epoch)
         if picked is None:
-            return token_batches(self.src_lens, self.tgt_lens, batch_tokens, seed, epoch,
-                                 multiple)
+            return token_batches(self.src_lens, self.tgt_lens, batch_tokens, seed=seed,
+                                 epoch=epoch, multiple=multiple)
         batches = token_batches(self.src_lens[picked], self.tgt_lens[picked], batch_tokens,
-                                seed, epoch, multiple)
+                                seed=seed, epoch=epoch, multiple=multiple)
         return [picked[batch] for batch in batches]
 
     def collate(self, pairs: np.ndarray, multiple: int = 1) -> Batch:
@@ -98,7 +98,7 @@ class MixedCorpus:
             tgt_ids.append(tgt)
             part.mapped.release_pages()
         return collate_flat(np.concatenate(src_ids), self.src_lens[pairs],
-                            np.concatenate(tgt_ids), self.tgt_lens[pairs], multiple)
+                            np.concatenate(tgt_ids), self.tgt_lens[pairs], multiple=multiple)
 
     def describe(self) -> str:
         """For a run's data fingerprint: the weights (a mix only; nothing for one corpus)."""

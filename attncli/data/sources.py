@@ -295,16 +295,18 @@ def split_source(cfg: DataConfig, split: str) -> SplitSource:
             raise AttncliError(f"{location}: a single file has no {split} split; set "
                                f"data.{split} to the {split} data (or, for eval, pass --data "
                                f"FILE)")
-        return SplitSource((location,), name, split, cfg.src, cfg.tgt, sides)
+        return SplitSource((location,), name, split, src=cfg.src, tgt=cfg.tgt, simplified=sides)
     table_file = _split_file(location, split, (".jsonl", ".json", ".tsv"))
     text_files = [_split_file(location, split, (f".{lang}",)) for lang in (cfg.src, cfg.tgt)]
     if table_file is not None and all(text_files):
         raise AttncliError(f"{location}: {table_file.name} and {text_files[0].name} + "
                            f"{text_files[1].name} all hold the {split} split; keep one")
     if table_file is not None:
-        return SplitSource((table_file,), name, split, cfg.src, cfg.tgt, sides)
+        return SplitSource((table_file,), name, split, src=cfg.src, tgt=cfg.tgt,
+                           simplified=sides)
     if all(text_files):
-        return SplitSource(tuple(text_files), name, split, cfg.src, cfg.tgt, sides)
+        return SplitSource(tuple(text_files), name, split, src=cfg.src, tgt=cfg.tgt,
+                           simplified=sides)
     found = sorted(p.name for p in location.iterdir())[:8]
     raise AttncliError(f"{location}: no {split} split for {cfg.src}-{cfg.tgt} (expected "
                        f"{split}.jsonl, {split}.tsv or {split}.{cfg.src} + {split}.{cfg.tgt}; "

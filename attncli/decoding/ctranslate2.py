@@ -177,7 +177,7 @@ class CTranslate2Engine:
                                "`attncli export RUN --to ctranslate2 --force`") from None
         self.tokenizer, self.cfg = tokenizer, decode_cfg
 
-    def translate_ids(self, src_ids: Sequence[Sequence[int]], beam: int, nbest: int,
+    def translate_ids(self, src_ids: Sequence[Sequence[int]], *, beam: int, nbest: int,
                       done: SentenceDone | None = None) -> list:
         """Source ids (ending in EOS) -> `nbest` `Hypothesis` per sentence, in input order;
         `done(i, hypotheses)`, when given, as each sentence's arrive.

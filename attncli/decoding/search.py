@@ -50,6 +50,38 @@ from attncli.model.transformer import Seq2SeqTransformer
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SearchSettings:
+    """One decoding setting, as the searches read it: output limits (``a * src_len + b``
+    tokens), beam and n-best, length penalty, n-gram blocking (0: off), whether to return the
+    cross-attention, whether to keep the key/value cache (off only to check it), and how many
+    sentences ``translate_ids`` searches together.
+
+    One typed object travels from the config (``from_config``) to each step: passed by
+    position, two swapped numbers (a and b) or flags would decode wrongly and say nothing.
+    ``greedy_search`` reads neither ``beam`` nor ``nbest`` (one hypothesis per row).
+    """
+
+    max_len_a: float
+    max_len_b: float
+    beam: int = 1
+    nbest: int = 1
+    length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    need_attention: bool = False
+    use_cache: bool = True
+    batch_size: int = 64
+
+    @classmethod
+    def from_config(cls, cfg: DecodeConfig, *, beam: int, nbest: int,
+                    need_attention: bool = False) -> SearchSettings:
+        """The run's decode settings with this call's beam, n-best and attention."""
+        return cls(max_len_a=cfg.max_len_a, max_len_b=cfg.max_len_b, beam=beam, nbest=nbest,
+                   length_penalty=cfg.length_penalty,
+                   no_repeat_ngram_size=cfg.no_repeat_ngram_size,
+                   need_attention=need_attention, batch_size=cfg.batch_size)
+
+
 @dataclass
 class Hypothesis:
     """One translation of one sentence.
@@ -97,12 +129,12 @@ class DecodingState:
     cross-attention keys/values) and does not follow the rows after it.
     """
 
-    def __init__(self, model: Seq2SeqTransformer, src: Tensor, use_cache: bool,
-                 need_attention: bool, max_rows: int, max_steps: int):
-        self.model, self.need_attention = model, need_attention
+    def __init__(self, model: Seq2SeqTransformer, src: Tensor, settings: SearchSettings, *,
+                 max_rows: int, max_steps: int):
+        self.model, self.need_attention = model, settings.need_attention
         self.memory, self.src_mask = model.encode(src)  # (batch, S, d_model), (batch, 1, 1, S)
         # Step t feeds position t; the last (EOS) step feeds position max_steps.
-        self.cache = model.new_cache(max_rows, max_steps + 1) if use_cache else None
+        self.cache = model.new_cache(max_rows, max_steps + 1) if settings.use_cache else None
         self._tokens = torch.full((max_rows, max_steps + 2), BOS_ID, dtype=torch.long,
                                   device=src.device)  # (max_rows, BOS + max_steps + EOS)
         self.rows = src.size(0)  # rows in use
@@ -139,7 +171,7 @@ class DecodingState:
             now = torch.cat([self.attention.index_select(0, rows), now], dim=3)
         return list(now.float().cpu().unbind(0))
 
-    def ended(self, rows: Tensor, sentences: Tensor, log_probs: Tensor,
+    def ended(self, rows: Tensor, sentences: Tensor, log_probs: Tensor, *,
               step_attention: Tensor | None, length_penalty: float
               ) -> Iterator[tuple[int, Hypothesis]]:
         """(input sentence, hypothesis) for the prefixes ``rows`` (k,) that this step's EOS ends.
@@ -248,7 +280,7 @@ def block_repeated_ngrams(logits: Tensor, prefix: Tensor, n: int) -> None:
     logits.scatter_add_(1, ngrams[:, :, -1], penalty.masked_fill_(repeats, -torch.inf))
 
 
-def _step_logits(state: DecodingState, max_len: Tensor, lengths: list[int], width: int,
+def _step_logits(state: DecodingState, max_len: Tensor, lengths: list[int], *, width: int,
                  no_repeat_ngram_size: int) -> tuple[Tensor, Tensor, Tensor | None]:
     """``state.step()`` with its logits (sentences * width, vocab) restricted (``_restrict``)
     and, when asked, the repeated n-grams of each row's current prefix blocked."""
@@ -261,32 +293,23 @@ def _step_logits(state: DecodingState, max_len: Tensor, lengths: list[int], widt
 
 
 @torch.inference_mode()
-def greedy_search(
-    model: Seq2SeqTransformer,
-    src: Tensor,
-    max_len_a: float,
-    max_len_b: float,
-    use_cache: bool = True,
-    need_attention: bool = False,
-    length_penalty: float = 1.0,
-    no_repeat_ngram_size: int = 0,
-    on_done: SentenceDone | None = None,
-) -> list[Hypothesis]:
+def greedy_search(model: Seq2SeqTransformer, src: Tensor, settings: SearchSettings, *,
+                  on_done: SentenceDone | None = None) -> list[Hypothesis]:
     """The most probable next token at every step, for each row of ``src`` (batch, src_len).
 
-    ``length_penalty`` only affects the reported ``score`` (for comparison with beam search).
-    ``no_repeat_ngram_size``: see the module doc (0: off). ``on_done(i, [hypothesis])`` is
-    called for row i as soon as its search ends, while the other rows go on.
+    ``settings.length_penalty`` only affects the reported ``score`` (for comparison with beam
+    search); ``no_repeat_ngram_size``: see the module doc (0: off). ``on_done(i,
+    [hypothesis])`` is called for row i as soon as its search ends, while the other rows go on.
     """
-    max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (rows,)
+    max_len = max_output_lengths(src, model, settings.max_len_a, settings.max_len_b)  # (rows,)
     lengths = max_len.tolist()  # the one read of the limits; min(lengths) follows departures
-    state = DecodingState(model, src, use_cache, need_attention, src.size(0), max(lengths))
+    state = DecodingState(model, src, settings, max_rows=src.size(0), max_steps=max(lengths))
     sentence = torch.arange(src.size(0), device=src.device)  # row -> input sentence
     log_prob = torch.zeros(src.size(0), device=src.device)  # (rows,)
     results: list[Hypothesis | None] = [None] * src.size(0)
     while True:
-        logits, log_norm, step_attention = _step_logits(state, max_len, lengths, 1,
-                                                        no_repeat_ngram_size)  # (rows, vocab)
+        logits, log_norm, step_attention = _step_logits(  # (rows, vocab)
+            state, max_len, lengths, width=1, no_repeat_ngram_size=settings.no_repeat_ngram_size)
         best_logit, best = logits.max(dim=-1)  # (rows,)
         log_prob += best_logit - log_norm.squeeze(1)
         ended = best == EOS_ID
@@ -294,8 +317,9 @@ def greedy_search(
             state.advance(None, best, step_attention)
             continue
         rows = ended.nonzero().squeeze(1)
-        for i, hypothesis in state.ended(rows, sentence[rows], log_prob[rows], step_attention,
-                                         length_penalty):
+        for i, hypothesis in state.ended(rows, sentence[rows], log_prob[rows],
+                                         step_attention=step_attention,
+                                         length_penalty=settings.length_penalty):
             results[i] = hypothesis
             if on_done is not None:
                 on_done(i, [hypothesis])
@@ -374,7 +398,7 @@ def _in_place_order(parent: Tensor) -> Tensor:
     return torch.empty_like(slot_of).scatter_(1, slot_of, survivors)
 
 
-def _next_beams(best: _Extensions, is_eos: Tensor, going: Tensor, n_going: int, width: int,
+def _next_beams(best: _Extensions, is_eos: Tensor, going: Tensor, *, n_going: int, width: int,
                 beam: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Log-prob, row and token (m, beam each) of the going sentences' surviving beams, placed
     so that few rows move, and which old sentence each of the m comes from (None: the same n).
@@ -394,20 +418,10 @@ def _next_beams(best: _Extensions, is_eos: Tensor, going: Tensor, n_going: int, 
 
 
 @torch.inference_mode()
-def beam_search(
-    model: Seq2SeqTransformer,
-    src: Tensor,
-    beam: int,
-    max_len_a: float,
-    max_len_b: float,
-    length_penalty: float = 1.0,
-    nbest: int = 1,
-    use_cache: bool = True,
-    need_attention: bool = False,
-    no_repeat_ngram_size: int = 0,
-    on_done: SentenceDone | None = None,
-) -> list[list[Hypothesis]]:
-    """The ``nbest`` best of ``beam`` hypotheses per row of ``src`` (batch, src_len).
+def beam_search(model: Seq2SeqTransformer, src: Tensor, settings: SearchSettings, *,
+                on_done: SentenceDone | None = None) -> list[list[Hypothesis]]:
+    """The ``settings.nbest`` best of ``settings.beam`` hypotheses per row of ``src`` (batch,
+    src_len).
 
     Each step takes the top ``2 * beam`` extensions of a sentence's beams: EOS among the best
     ``beam`` of them ends a hypothesis, the best ``beam`` others continue (there are always
@@ -415,21 +429,23 @@ def beam_search(
     hypotheses have ended (or its maximum length forced EOS on all of them); ``on_done(i,
     hypotheses)`` then gets row i's result at once, while the other rows go on.
     """
+    beam, nbest = settings.beam, settings.nbest
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     device = src.device
-    max_len = max_output_lengths(src, model, max_len_a, max_len_b)  # (n,)
+    max_len = max_output_lengths(src, model, settings.max_len_a, settings.max_len_b)  # (n,)
     lengths = max_len.tolist()  # read once; min(lengths) follows departures
-    state = DecodingState(model, src, use_cache, need_attention, src.size(0) * beam,
-                           max(lengths))
+    state = DecodingState(model, src, settings, max_rows=src.size(0) * beam,
+                          max_steps=max(lengths))
     sentence = torch.arange(src.size(0), device=device)  # active sentence -> input sentence
     ended_count = torch.zeros(src.size(0), dtype=torch.long, device=device)  # (n,)
     scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): 1 at first, then beam
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while True:
         width = scores.size(1)  # logits (n * width, vocab), log_norm (n * width, 1)
-        logits, log_norm, step_attention = _step_logits(state, max_len, lengths, width,
-                                                        no_repeat_ngram_size)
+        logits, log_norm, step_attention = _step_logits(
+            state, max_len, lengths, width=width,
+            no_repeat_ngram_size=settings.no_repeat_ngram_size)
         best = _best_extensions(logits, log_norm, scores, beam)
         is_eos = best.token == EOS_ID
         ending = _ending(best, is_eos, ended_count, beam)
@@ -439,15 +455,17 @@ def beam_search(
         if n_ending:
             rows = best.row[:, :beam][ending]
             for i, hypothesis in state.ended(rows, sentence[ending.nonzero()[:, 0]],
-                                             best.log_prob[:, :beam][ending], step_attention,
-                                             length_penalty):
+                                             best.log_prob[:, :beam][ending],
+                                             step_attention=step_attention,
+                                             length_penalty=settings.length_penalty):
                 finished[i].append(hypothesis)
         if on_done is not None and n_going < going.numel():
             for i in sentence[~going].tolist():  # read only on steps where sentences end
                 on_done(i, _best_first(finished[i], nbest))
         if not n_going:
             break
-        scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going, width, beam)
+        scores, rows, tokens, kept = _next_beams(best, is_eos, going, n_going=n_going,
+                                                 width=width, beam=beam)
         sources = None  # the source side is per sentence: only departures move it
         if kept is not None:
             sentence, max_len, ended_count = sentence[kept], max_len[kept], ended_count[kept]
@@ -464,24 +482,24 @@ def _best_first(hypotheses: list[Hypothesis], nbest: int) -> list[Hypothesis]:
 def translate_ids(
     model: Seq2SeqTransformer,
     src_ids: Sequence[Sequence[int]],
-    cfg: DecodeConfig,
-    beam: int,
-    nbest: int,
+    settings: SearchSettings,
+    *,
     device: torch.device | str,
-    need_attention: bool = False,
-    progress: Callable[[int], None] | None = None,
     precision: str = "fp32",
+    progress: Callable[[int], None] | None = None,
     done: SentenceDone | None = None,
 ) -> list[list[Hypothesis]]:
-    """Decode many sources (id lists ending in EOS); ``nbest`` hypotheses each, in input order.
+    """Decode many sources (id lists ending in EOS); ``settings.nbest`` hypotheses each, in
+    input order.
 
-    Sources are sorted by length and cut into batches of ``cfg.batch_size`` sentences, so a
-    batch holds little padding; greedy search when ``beam == 1``. Attention, when asked, is
+    Sources are sorted by length and cut into batches of ``settings.batch_size`` sentences, so
+    a batch holds little padding; greedy search when ``beam == 1``. Attention, when asked, is
     trimmed to each source's own length. ``progress(k)`` is called after each batch of k;
     ``done(i, hypotheses)`` as soon as source i's are final (the server answers with it while
     the rest of the batch decodes). ``precision="bf16"`` decodes under bf16 autocast (see
     ``core.device.resolve_precision``).
     """
+    beam, nbest, batch_size = settings.beam, settings.nbest, settings.batch_size
     if not 1 <= nbest <= beam:
         raise AttncliError(f"--nbest {nbest} needs a beam of at least {nbest} (beam is {beam})")
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
@@ -490,19 +508,12 @@ def translate_ids(
     model.eval()
     try:
         with torch.inference_mode(), autocast(torch.device(device), precision):
-            for start in range(0, len(order), cfg.batch_size):
-                chunk = order[start : start + cfg.batch_size]
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
                 finish = _finisher(chunk, src_ids, results, done)
                 src = pad([src_ids[i] for i in chunk]).to(device)  # (batch, src_len)
-                if beam == 1:
-                    greedy_search(model, src, cfg.max_len_a, cfg.max_len_b,
-                                  need_attention=need_attention,
-                                  length_penalty=cfg.length_penalty,
-                                  no_repeat_ngram_size=cfg.no_repeat_ngram_size, on_done=finish)
-                else:
-                    beam_search(model, src, beam, cfg.max_len_a, cfg.max_len_b,
-                                cfg.length_penalty, nbest, need_attention=need_attention,
-                                no_repeat_ngram_size=cfg.no_repeat_ngram_size, on_done=finish)
+                search = greedy_search if beam == 1 else beam_search
+                search(model, src, settings, on_done=finish)
                 if progress is not None:
                     progress(len(chunk))
     finally:

@@ -11,10 +11,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from attncli.core.config import DecodeConfig
 from attncli.core.text import EOS_ID
 from attncli.data.tokenizer import Tokenizer
-from attncli.decoding.search import Hypothesis, translate_ids
+from attncli.decoding.search import Hypothesis, SearchSettings, translate_ids
 from attncli.model.transformer import Seq2SeqTransformer
 
 # Positions kept free when a long source is cut: the model never saw sources near the limit,
@@ -48,19 +47,18 @@ def translate_texts(
     model: Seq2SeqTransformer,
     tokenizer: Tokenizer,
     texts: Sequence[str],
-    cfg: DecodeConfig,
-    beam: int,
-    nbest: int,
+    settings: SearchSettings,
+    *,
     device: torch.device | str,
-    need_attention: bool = False,
+    precision: str = "fp32",
     on_truncate: TruncateHook | None = None,
     progress: Callable[[int], None] | None = None,
-    precision: str = "fp32",
 ) -> list[list[Hypothesis]]:
-    """Tokenize, decode (greedy when ``beam == 1``) and return ``nbest`` hypotheses per text.
+    """Tokenize, decode (greedy when ``settings.beam == 1``) and return ``settings.nbest``
+    hypotheses per text.
 
     Detokenize a hypothesis with ``tokenizer.decode_tgt(h.tokens)``.
     """
     src_ids = encode_sources(tokenizer, texts, model.cfg.max_positions, on_truncate)
-    return translate_ids(model, src_ids, cfg, beam, nbest, device, need_attention, progress,
-                         precision)
+    return translate_ids(model, src_ids, settings, device=device, precision=precision,
+                         progress=progress)

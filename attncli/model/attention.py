@@ -115,6 +115,7 @@ def reference_attention(
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
+    *,
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> tuple[Tensor, Tensor]:
@@ -135,6 +136,7 @@ def fused_attention(
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
+    *,
     causal: bool = False,
     dropout_p: float = 0.0,
     training: bool = False,
@@ -150,7 +152,7 @@ def fused_attention(
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         if causal:
             mask = combine_masks(mask, causal_mask(q.size(-2), k.size(-2), q.device))
-        return reference_attention(q, k, v, mask, dropout_p, training)[0]
+        return reference_attention(q, k, v, mask, dropout_p=dropout_p, training=training)[0]
     return F.scaled_dot_product_attention(
         q,
         k,
@@ -187,6 +189,7 @@ def additive_attention(
     k: Tensor,
     v: Tensor,
     score: AdditiveScore,
+    *,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     training: bool = False,
@@ -252,6 +255,7 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         heads: int,
         kind: str = "self",
+        *,
         dropout: float = 0.0,
         impl: str = "fused",
         scoring: str = "dot",
@@ -293,6 +297,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         memory: Tensor | None = None,
         key_mask: Tensor | None = None,
+        *,
         causal: bool = False,
         cache: KVCache | None = None,
         need_weights: bool = False,
@@ -320,17 +325,20 @@ class MultiHeadAttention(nn.Module):
             mask = key_mask
             if causal and (mask is not None or tgt_len != src_len):
                 mask = combine_masks(mask, causal_mask(tgt_len, src_len, x.device))
-            out, weights = fused_attention(q, k, v, mask, causal, dropout_p, self.training), None
+            out = fused_attention(q, k, v, mask, causal=causal, dropout_p=dropout_p,
+                                  training=self.training)
+            weights = None
         else:
             mask = combine_masks(
                 key_mask, causal_mask(tgt_len, src_len, x.device) if causal else None
             )
             if self.additive is not None:
                 out, weights = additive_attention(
-                    q, k, v, self.additive, mask, dropout_p, self.training
+                    q, k, v, self.additive, mask=mask, dropout_p=dropout_p, training=self.training
                 )
             else:
-                out, weights = reference_attention(q, k, v, mask, dropout_p, self.training)
+                out, weights = reference_attention(q, k, v, mask, dropout_p=dropout_p,
+                                                   training=self.training)
         if group > 1:
             out = ungroup_rows(out, group)
             weights = None if weights is None else ungroup_rows(weights, group)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from attncli.core.config import ModelConfig
 from attncli.model.attention import MultiHeadAttention
 from attncli.model.dropout import Dropout
 from attncli.model.kv_cache import KVCache
@@ -74,18 +75,25 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention over the source (padding mask on keys), then feed-forward."""
+def _attention(cfg: ModelConfig, kind: str) -> MultiHeadAttention:
+    """One of a layer's attentions, shaped by the model config (`kind`: self or cross)."""
+    return MultiHeadAttention(cfg.d_model, cfg.heads, kind, dropout=cfg.attention_dropout,
+                              impl=cfg.attention, scoring=cfg.scoring)
 
-    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, norm: str,
-                 attention_dropout: float = 0.0, impl: str = "fused", scoring: str = "dot"):
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the source (padding mask on keys), then feed-forward.
+
+    Both layers are built from the `ModelConfig` itself: its eight settings a layer reads
+    (widths, dropouts, norm, attention kind) travel as one object, none by position.
+    """
+
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(
-            d_model, heads, "self", attention_dropout, impl, scoring
-        )
-        self.ff = FeedForward(d_model, ff_dim, dropout)
-        self.attn_block = Residual(d_model, dropout, norm)
-        self.ff_block = Residual(d_model, dropout, norm)
+        self.self_attn = _attention(cfg, "self")
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
+        self.attn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm)
+        self.ff_block = Residual(cfg.d_model, cfg.dropout, cfg.norm)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x: (batch, src_len, d_model), src_mask: (batch, 1, 1, src_len) -> same shape as x."""
@@ -104,25 +112,21 @@ class LayerCache:
 class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention to the encoder output, then feed-forward."""
 
-    def __init__(self, d_model: int, heads: int, ff_dim: int, dropout: float, norm: str,
-                 attention_dropout: float = 0.0, impl: str = "fused", scoring: str = "dot"):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(
-            d_model, heads, "self", attention_dropout, impl, scoring
-        )
-        self.cross_attn = MultiHeadAttention(
-            d_model, heads, "cross", attention_dropout, impl, scoring
-        )
-        self.ff = FeedForward(d_model, ff_dim, dropout)
-        self.self_block = Residual(d_model, dropout, norm)
-        self.cross_block = Residual(d_model, dropout, norm)
-        self.ff_block = Residual(d_model, dropout, norm)
+        self.self_attn = _attention(cfg, "self")
+        self.cross_attn = _attention(cfg, "cross")
+        self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.dropout)
+        self.self_block = Residual(cfg.d_model, cfg.dropout, cfg.norm)
+        self.cross_block = Residual(cfg.d_model, cfg.dropout, cfg.norm)
+        self.ff_block = Residual(cfg.d_model, cfg.dropout, cfg.norm)
 
     def forward(
         self,
         x: Tensor,
         memory: Tensor,
         src_mask: Tensor,
+        *,
         cache: LayerCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:

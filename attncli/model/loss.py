@@ -13,6 +13,8 @@ the softmax and every accumulation in fp32.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -30,8 +32,19 @@ def drops_padding_rows(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
-def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor | None,
-                               smoothing: float, want_grad: bool) -> tuple[Tensor, Tensor | None]:
+@dataclass(frozen=True)
+class _Scoring:
+    """How every chunk is scored, from the entry point down to the chunk loop: one object, so
+    that two floats and a flag are never passed in the wrong order."""
+
+    smoothing: float            # label smoothing
+    compute_dtype: torch.dtype  # of the matrix products
+    want_grad: bool             # also form the gradients of hidden, weight and bias
+
+
+def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor | None, *,
+                               smoothing: float, want_grad: bool
+                               ) -> tuple[Tensor, Tensor | None]:
     """Summed loss of one chunk and, if wanted, d(loss)/d(logits) (fp32, in place of logits).
 
     ``keep`` marks the rows that count; None when every row does (padding already removed).
@@ -56,9 +69,9 @@ def _chunk_loss_and_logit_grad(logits: Tensor, targets: Tensor, keep: Tensor | N
     return loss, grad
 
 
-def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
-                  ignore_index: int, smoothing: float, compute_dtype: torch.dtype,
-                  want_grad: bool) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
+def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, *,
+                  ignore_index: int, scoring: _Scoring
+                  ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
     """Summed loss and, if wanted, the gradients of hidden, weight and bias.
 
     On CPU the scored rows are moved to the front and the padding rows after them are left out
@@ -69,30 +82,29 @@ def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
     """
     keep = targets != ignore_index
     if not drops_padding_rows(hidden.device):
-        return _loss_over_chunks(hidden, weight, bias, targets, smoothing, compute_dtype,
-                                 want_grad, keep)
+        return _loss_over_chunks(hidden, weight, bias, targets, scoring=scoring, keep=keep)
     scored = int(keep.sum())
     rows = min(targets.numel(), -(-scored // SCORED_ROWS_MULTIPLE) * SCORED_ROWS_MULTIPLE)
     order = torch.argsort(~keep, stable=True)[:rows]  # scored rows first, in their order
-    total, grads = _loss_over_chunks(hidden[order], weight, bias, targets[order], smoothing,
-                                     compute_dtype, want_grad, keep[order], scored)
+    total, grads = _loss_over_chunks(hidden[order], weight, bias, targets[order],
+                                     scoring=scoring, keep=keep[order], kept_prefix=scored)
     if grads is None:
         return total, None
     grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32).index_copy_(0, order, grads[0])
     return total, (grad_hidden, grads[1], grads[2])
 
 
-def _loss_over_chunks(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
-                      smoothing: float, compute_dtype: torch.dtype, want_grad: bool,
-                      keep: Tensor, kept_prefix: int = 0
+def _loss_over_chunks(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, *,
+                      scoring: _Scoring, keep: Tensor, kept_prefix: int = 0
                       ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor] | None]:
     """The row-chunk loop. ``keep`` marks the rows that count; the first ``kept_prefix`` rows
     are known to, so chunks within them skip the mask."""
+    compute_dtype = scoring.compute_dtype
     w = weight.to(compute_dtype)
     b = bias.to(compute_dtype)
     fp32 = {"dtype": torch.float32, "device": hidden.device}
     grads = None
-    if want_grad:
+    if scoring.want_grad:
         grads = (torch.empty(hidden.shape, **fp32), torch.zeros(weight.shape, **fp32),
                  torch.zeros(bias.shape, **fp32))
     total = torch.zeros((), **fp32)
@@ -102,8 +114,9 @@ def _loss_over_chunks(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Ten
         h = hidden[rows].to(compute_dtype)
         logits = torch.addmm(b, h, w.t()).float()
         chunk_keep = None if start + step <= kept_prefix else keep[rows]
-        loss, grad = _chunk_loss_and_logit_grad(logits, targets[rows], chunk_keep, smoothing,
-                                                want_grad)
+        loss, grad = _chunk_loss_and_logit_grad(logits, targets[rows], chunk_keep,
+                                                smoothing=scoring.smoothing,
+                                                want_grad=scoring.want_grad)
         total += loss
         if grads is not None:
             g = grad.to(compute_dtype)
@@ -119,9 +132,12 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
                 ignore_index: int, smoothing: float, compute_dtype: torch.dtype) -> Tensor:
-        want_grad = any(ctx.needs_input_grad[:3])
-        total, grads = _chunked_loss(hidden, weight, bias, targets, ignore_index, smoothing,
-                                     compute_dtype, want_grad)
+        # torch.autograd.Function.apply takes its arguments by position only: hence this
+        # signature's length; they are named again from here on.
+        scoring = _Scoring(smoothing=smoothing, compute_dtype=compute_dtype,
+                           want_grad=any(ctx.needs_input_grad[:3]))
+        total, grads = _chunked_loss(hidden, weight, bias, targets, ignore_index=ignore_index,
+                                     scoring=scoring)
         if grads is not None:
             grad_hidden, grad_weight, grad_bias = grads
             ctx.save_for_backward(grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
@@ -136,7 +152,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
 
 
 @torch.compiler.disable  # its chunk loop would make a graph per row count; eager is as fast
-def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, *,
                             ignore_index: int, label_smoothing: float = 0.0,
                             compute_dtype: torch.dtype = torch.float32) -> Tensor:
     """Summed label-smoothed cross-entropy of ``hidden @ weight.T + bias`` against ``targets``.
@@ -146,16 +162,18 @@ def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, target
     autocast off: ``compute_dtype`` already says which precision the products use.
     """
     with torch.autocast(hidden.device.type, enabled=False):
-        return _summed_loss(hidden, weight, bias, targets, ignore_index, label_smoothing,
-                            compute_dtype)
+        return _summed_loss(hidden, weight, bias, targets, ignore_index=ignore_index,
+                            label_smoothing=label_smoothing, compute_dtype=compute_dtype)
 
 
-def _summed_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor,
+def _summed_loss(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, *,
                  ignore_index: int, label_smoothing: float, compute_dtype: torch.dtype) -> Tensor:
     """With gradients off (validation), the loss alone: `needs_input_grad` is true for
     parameters in any grad mode, so the autograd function would still form every gradient."""
-    args = (hidden.reshape(-1, hidden.size(-1)), weight, bias, targets.reshape(-1),
-            ignore_index, label_smoothing, compute_dtype)
+    rows, flat_targets = hidden.reshape(-1, hidden.size(-1)), targets.reshape(-1)
     if torch.is_grad_enabled():
-        return _ProjectedCrossEntropy.apply(*args)
-    return _chunked_loss(*args, want_grad=False)[0]
+        return _ProjectedCrossEntropy.apply(rows, weight, bias, flat_targets, ignore_index,
+                                            label_smoothing, compute_dtype)
+    scoring = _Scoring(smoothing=label_smoothing, compute_dtype=compute_dtype, want_grad=False)
+    return _chunked_loss(rows, weight, bias, flat_targets, ignore_index=ignore_index,
+                         scoring=scoring)[0]

@@ -62,17 +62,8 @@ class Seq2SeqTransformer(nn.Module):
         )
         self.positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
         self.embed_dropout = Dropout(cfg.dropout)
-        layer_args = dict(
-            d_model=cfg.d_model, heads=cfg.heads, ff_dim=cfg.ff_dim, dropout=cfg.dropout,
-            norm=cfg.norm, attention_dropout=cfg.attention_dropout, impl=cfg.attention,
-            scoring=cfg.scoring,
-        )
-        self.encoder_layers = nn.ModuleList(
-            EncoderLayer(**layer_args) for _ in range(cfg.enc_layers)
-        )
-        self.decoder_layers = nn.ModuleList(
-            DecoderLayer(**layer_args) for _ in range(cfg.dec_layers)
-        )
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         # Pre-norm leaves the residual stream un-normalised: one final norm per stack.
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
@@ -119,6 +110,7 @@ class Seq2SeqTransformer(nn.Module):
         memory: Tensor,
         src_mask: Tensor,
         cache: DecoderCache | None = None,
+        *,
         need_weights: bool = False,
     ) -> DecoderOutput:
         """tgt (batch, tgt_len) target prefix (starting with BOS) -> logits (batch, tgt_len, V).
@@ -126,18 +118,20 @@ class Seq2SeqTransformer(nn.Module):
         With ``cache``, ``tgt`` holds only the positions not decoded yet (usually one) and the
         cache grows by ``tgt_len``.
         """
-        hidden, weights = self._decoder_states(tgt, memory, src_mask, cache, need_weights)
+        hidden, weights = self._decoder_states(tgt, memory, src_mask, cache,
+                                               need_weights=need_weights)
         return DecoderOutput(self.project(hidden), weights)
 
     def _decoder_states(self, tgt: Tensor, memory: Tensor, src_mask: Tensor,
-                        cache: DecoderCache | None = None, need_weights: bool = False
+                        cache: DecoderCache | None = None, *, need_weights: bool = False
                         ) -> tuple[Tensor, list[Tensor]]:
         """The decoder stack up to (not including) the output projection."""
         offset = cache.length if cache is not None else 0
         x = self._embed(self.tgt_embed, tgt, offset)
         weights = []
         for i, layer in enumerate(self.decoder_layers):
-            x, w = layer(x, memory, src_mask, cache.layers[i] if cache else None, need_weights)
+            x, w = layer(x, memory, src_mask, cache=cache.layers[i] if cache else None,
+                         need_weights=need_weights)
             if need_weights:
                 weights.append(w)
         if cache is not None:
@@ -163,8 +157,8 @@ class Seq2SeqTransformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask).logits
 
-    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float,
-                    compute_dtype: torch.dtype = torch.float32) -> Tensor:
+    def summed_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, *,
+                    label_smoothing: float, compute_dtype: torch.dtype = torch.float32) -> Tensor:
         """Teacher-forced label-smoothed cross-entropy, summed over non-pad targets.
 
         Same value as cross-entropy on ``forward``'s logits, without materialising them all
@@ -173,4 +167,5 @@ class Seq2SeqTransformer(nn.Module):
         memory, src_mask = self.encode(src)
         hidden, _ = self._decoder_states(tgt_in, memory, src_mask)
         return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
-                                       self.pad_id, label_smoothing, compute_dtype)
+                                       ignore_index=self.pad_id, label_smoothing=label_smoothing,
+                                       compute_dtype=compute_dtype)

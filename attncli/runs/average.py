@@ -56,7 +56,7 @@ def mean_weights(paths: RunPaths, steps: list[int]) -> tuple[dict[str, torch.Ten
     return mean, fingerprint
 
 
-def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[int],
+def write_averaged(paths: RunPaths, mean: dict[str, torch.Tensor], steps: list[int], *,
                    fingerprint: str, record: dict[str, Any] | None = None) -> Path:
     """Replace `checkpoints/averaged/` with `mean`; `record` (its validation scores) goes to its
     state.json beside the averaged steps."""
@@ -116,7 +116,7 @@ def average_checkpoints(paths: RunPaths, last: int) -> tuple[Path, list[int]]:
         raise AttncliError(f"{paths.root}: --last {last} needs {last} step folders, the run has "
                            f"{len(steps)} (train.keep_checkpoints sets how many are kept)")
     mean, fingerprint = mean_weights(paths, steps)
-    return write_averaged(paths, mean, steps, fingerprint), steps
+    return write_averaged(paths, mean, steps, fingerprint=fingerprint), steps
 
 
 def average_command(run_dir: Path, last: int) -> None:

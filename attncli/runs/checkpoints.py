@@ -59,7 +59,7 @@ def _phase(name: str, step: int) -> None:
 
 
 def save_checkpoint(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], fingerprint: str, best_step: int | None,
+                    state: dict[str, Any], *, fingerprint: str, best_step: int | None,
                     keep: int) -> Path:
     """Write `checkpoints/step-<state['step']>/`, point `last` (and `best`) at it, prune.
 

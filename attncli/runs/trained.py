@@ -21,7 +21,7 @@ from attncli.core.text import converted_sides
 from attncli.data.chinese_script import simplifier
 from attncli.data.tokenizer import Tokenizer, load_tokenizer
 from attncli.decoding.ctranslate2 import CTranslate2Engine, open_engine
-from attncli.decoding.search import Hypothesis, SentenceDone, translate_ids
+from attncli.decoding.search import Hypothesis, SearchSettings, SentenceDone, translate_ids
 from attncli.model.build import build_model, model_fingerprint
 from attncli.runs.checkpoints import checkpoint_dir, load_weights, weights_digest
 from attncli.runs.layout import MODEL_FILE, RunPaths, open_run
@@ -35,7 +35,7 @@ class TrainedModel:
     """
 
     def __init__(self, paths: RunPaths, config: Config, tokenizer: Tokenizer,
-                 model: nn.Module | None, device: torch.device, checkpoint: Path,
+                 model: nn.Module | None, *, device: torch.device, checkpoint: Path,
                  engine: CTranslate2Engine | None = None):
         self.paths, self.config, self.tokenizer = paths, config, tokenizer
         self.model, self.device, self.checkpoint = model, device, checkpoint
@@ -56,10 +56,11 @@ def load_trained_model(run_dir: Path, device: torch.device, checkpoint: str = "a
         if "src" in sides:  # sources in the script the model learnt from
             tokenizer.prepare_src = convert
     if not weights:
-        return TrainedModel(paths, config, tokenizer, None, device, folder)
+        return TrainedModel(paths, config, tokenizer, None, device=device, checkpoint=folder)
     model = build_model(config, tokenizer)
     load_weights(model, folder, model_fingerprint(config.model))
-    return TrainedModel(paths, config, tokenizer, model.to(device).eval(), device, folder)
+    return TrainedModel(paths, config, tokenizer, model.to(device).eval(), device=device,
+                        checkpoint=folder)
 
 
 ENGINES = ("torch", "ctranslate2")
@@ -100,19 +101,20 @@ def load_for_decoding(run_dir: Path, device: str, checkpoint: str, engine: str =
     return trained
 
 
-def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int,
+def decode_ids(trained: TrainedModel, src_ids: list[list[int]], beam: int, nbest: int, *,
                need_attention: bool = False, progress: Callable[[int], None] | None = None,
                done: SentenceDone | None = None) -> list[list[Hypothesis]]:
     """`search.translate_ids` on the run's model, or the same through its exported engine;
     ``done(i, hypotheses)`` as soon as sentence i's are final."""
     if trained.engine is None:
-        return translate_ids(trained.model, src_ids, trained.config.decode, beam, nbest,
-                             trained.device, need_attention, progress, decode_precision(trained),
-                             done)
+        settings = SearchSettings.from_config(trained.config.decode, beam=beam, nbest=nbest,
+                                              need_attention=need_attention)
+        return translate_ids(trained.model, src_ids, settings, device=trained.device,
+                             precision=decode_precision(trained), progress=progress, done=done)
     if need_attention:
         raise AttncliError("attention views need --engine torch (CTranslate2 returns no "
                            "attention weights here)")
-    found = trained.engine.translate_ids(src_ids, beam, nbest, done)
+    found = trained.engine.translate_ids(src_ids, beam=beam, nbest=nbest, done=done)
     if progress is not None:
         progress(len(src_ids))
     return found

@@ -39,7 +39,7 @@ def average_at_end(trainer: Any) -> str:
     said = (f"averaged steps {', '.join(map(str, steps))}: greedy val BLEU {scores.bleu:.2f}, "
             f"best {state.best_bleu:.2f} (step-{state.best_step})")
     if kept:  # the event is logged once the folder it speaks of exists
-        folder = write_averaged(paths, mean, steps, fingerprint, record)
+        folder = write_averaged(paths, mean, steps, fingerprint=fingerprint, record=record)
         said = f"{said}: better, kept as {folder} (eval and translate use it by default)"
     else:
         gone = " (the earlier one removed)" if remove_averaged(paths) else ""

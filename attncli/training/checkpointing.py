@@ -53,6 +53,18 @@ class RunState:
     before_end: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a save writes and a resume loads, fixed for a trainer's life: the run folder, the
+    model and its optimizer, and the model's fingerprint that each save is stamped with. One
+    object, so that a save or a resume names only what changes."""
+
+    paths: RunPaths
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    fingerprint: str
+
+
 def data_fingerprint(corpus) -> str:
     """The training pairs' count and a hash of their length columns (`MixedCorpus`), and a
     mix's weights: what the data position indexes, as each epoch's batches are cut from the
@@ -79,48 +91,48 @@ def weights_are_finite(model: nn.Module) -> bool:
     return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
-def save_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
-             state: RunState, cfg: TrainConfig, world: World, device: torch.device,
-             fingerprint: str, between: str | None = None) -> None:
+def save_run(run: Checkpointed, state: RunState, *, cfg: TrainConfig, world: World,
+             device: torch.device, between: str | None = None) -> None:
     """Save a step folder for `state.step`; never non-finite weights. `between`: why a save
     falls between the run's own ("interrupted": a signal asked for it; "off_schedule": the run
     ended at a limit there), so that it is pruned once a newer save exists.
 
     Every process takes part (the RNG states); rank 0 writes.
     """
-    if not weights_are_finite(model):
+    if not weights_are_finite(run.model):
         raise AttncliError(f"step {state.step}: the weights are not finite; not saved, the "
                            "previous checkpoint is intact")
     record = {**state_record(state, cfg, world, device), **({between: True} if between else {})}
     if world.primary:
-        save_checkpoint(paths, model, optimizer, record, fingerprint, state.best_step,
-                        cfg.keep_checkpoints)
+        save_checkpoint(run.paths, run.model, run.optimizer, record,
+                        fingerprint=run.fingerprint, best_step=state.best_step,
+                        keep=cfg.keep_checkpoints)
 
 
-def resume_run(paths: RunPaths, model: nn.Module, optimizer: torch.optim.Optimizer,
-               cfg: TrainConfig, world: World, device: torch.device, fingerprint: str
+def resume_run(run: Checkpointed, *, cfg: TrainConfig, world: World, device: torch.device
                ) -> tuple[RunState, Path]:
     """Load the `last` checkpoint (strictly) and each process's RNG; its state and folder.
 
     The saved pad_multiple wins over this machine's `auto`: the data position indexes batches
     cut with it.
     """
-    folder = checkpoint_dir(paths, "last")
-    saved = load_checkpoint(folder, model, optimizer, fingerprint)
+    folder = checkpoint_dir(run.paths, "last")
+    saved = load_checkpoint(folder, run.model, run.optimizer, run.fingerprint)
     if saved.get("batching") != BATCHING:
         raise AttncliError(
             f"{folder}: its data position counts batches cut another way (attncli 0.2 "
             f"budgeted target tokens only; now {BATCHING}), so it cannot resume exactly; "
             f"finish it with attncli 0.2, or start a new run")
-    apply_optimizer_settings(optimizer, cfg)
+    apply_optimizer_settings(run.optimizer, cfg)
     fields = {name: saved[name] for name in RunState.__dataclass_fields__
               if name != "elapsed" and name in saved}
     state = RunState(**fields, elapsed=saved["elapsed_s"])
-    _restore_rng(saved, state.step, cfg.seed, world, device)
+    _restore_rng(saved, step=state.step, seed=cfg.seed, world=world, device=device)
     return state, folder
 
 
-def _restore_rng(saved: dict, step: int, seed: int, world: World, device: torch.device) -> None:
+def _restore_rng(saved: dict, *, step: int, seed: int, world: World, device: torch.device
+                 ) -> None:
     """Each process its own saved RNG state; saved by another number of processes, rank 0
     takes the first and the others start afresh (only their dropout masks differ)."""
     by_rank = saved.get("rng_by_rank") or [saved["rng"]]

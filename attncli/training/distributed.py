@@ -172,8 +172,10 @@ class SummedLoss(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src, tgt_in, tgt_out, label_smoothing: float, compute_dtype):
-        return self.model.summed_loss(src, tgt_in, tgt_out, label_smoothing, compute_dtype)
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor, *,
+                label_smoothing: float, compute_dtype: torch.dtype) -> torch.Tensor:
+        return self.model.summed_loss(src, tgt_in, tgt_out, label_smoothing=label_smoothing,
+                                      compute_dtype=compute_dtype)
 
 
 def loss_module(model: nn.Module, world: World, device: torch.device) -> nn.Module:

@@ -38,8 +38,8 @@ class UpdateFeed:
     """Cuts each epoch's batches and feeds this process's share through one DataLoader, whose
     worker processes (if any) serve the whole run."""
 
-    def __init__(self, corpus, cfg: TrainConfig, world: World, pad_multiple: int, workers: int,
-                 device: torch.device, sampler: SubwordSampler | None = None):
+    def __init__(self, corpus, cfg: TrainConfig, world: World, *, pad_multiple: int,
+                 workers: int, device: torch.device, sampler: SubwordSampler | None = None):
         """`corpus`: the training pairs' `mixing.MixedCorpus` (length columns, each epoch's
         batches, `collate`);
         `sampler`: re-segments each batch (subword regularization), None to keep the cache's."""
@@ -76,8 +76,8 @@ class UpdateFeed:
         share, corpus = self.world.share, self.corpus
         schedule, ahead = itertools.tee(self._schedule(epoch, batch_index))
         mine_ahead = (pairs for _, _, update in ahead for pairs in share(update))
-        loader = iter(batch_loader(corpus, mine_ahead, self.pad_multiple, self.workers,
-                                   self.device.type == "cuda"))
+        loader = iter(batch_loader(corpus, mine_ahead, multiple=self.pad_multiple,
+                                   workers=self.workers, pin_memory=self.device.type == "cuda"))
         for trained_epoch, (epoch, batch_index), update in schedule:
             rows = sum(len(pairs) for pairs in update)
             tokens = rows + sum(int(corpus.tgt_lens[pairs].sum()) for pairs in update)
@@ -87,7 +87,8 @@ class UpdateFeed:
             counted = bool(mine)
             if not counted:
                 mine = [corpus.collate(update[0], self.pad_multiple)]
-            yield Update(mine, tokens, counted, epoch, batch_index, trained_epoch)
+            yield Update(mine, tokens, counted=counted, epoch=epoch, batch_index=batch_index,
+                         trained_epoch=trained_epoch)
 
     def _resampled(self, batches: list[Batch], pairs: list[np.ndarray], epoch: int
                    ) -> tuple[list[Batch], int]:

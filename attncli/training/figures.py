@@ -32,8 +32,8 @@ class UpdateFigures:
     """Keeps each update's `StepStats` on the device until `read` is due (a log, validation,
     save or stop step), so a GPU is never kept waiting for the host between updates."""
 
-    def __init__(self, cfg: TrainConfig, world: World, metrics: MetricsLog, reporter: Reporter,
-                 clock: Stopwatch, window: dict | None = None):
+    def __init__(self, cfg: TrainConfig, world: World, *, metrics: MetricsLog,
+                 reporter: Reporter, clock: Stopwatch, window: dict | None = None):
         """`window`: the open log window a checkpoint saved (`window_record`), so the first
         train event after a resume averages the same updates as the uninterrupted run's."""
         self.cfg, self.world, self.metrics, self.reporter = cfg, world, metrics, reporter

@@ -29,35 +29,51 @@ class StepStats:
     tokens: int              # target tokens in the update (every process's batches)
 
 
+@dataclass(frozen=True)
+class UpdateShare:
+    """What this process's batches are of an update that several processes share.
+
+    `tokens`: the target tokens of the whole update (all processes' batches; None: the
+    batches' own, one process's update); `processes`: how many share it (DistributedDataParallel
+    averages their gradients); `counted=False`: this process's share is empty, its batch a
+    stand-in with zero weight that must still join the gradient all-reduce. One object, so
+    that the three never travel by position.
+    """
+
+    tokens: int | None = None
+    processes: int = 1
+    counted: bool = True
+
+
 def train_step(loss_fn: nn.Module, optimizer: torch.optim.Optimizer, batches: Sequence[Batch],
-               cfg: TrainConfig, lr: float, device: torch.device, precision: str,
-               tokens: int | None = None, processes: int = 1, counted: bool = True
-               ) -> StepStats:
+               *, cfg: TrainConfig, lr: float, device: torch.device, precision: str,
+               share: UpdateShare | None = None) -> StepStats:
     """One optimizer update over `batches` (gradient accumulation when there are several).
 
-    `loss_fn(src, tgt_in, tgt_out, smoothing, dtype)` is the summed loss (`SummedLoss`, wrapped
-    in DistributedDataParallel with several processes). The loss is summed over the update's
-    target tokens and divided by their count (`tokens`: all processes' batches; default: these
-    batches), so an accumulated update equals one big batch, and N processes sharing the
-    batches equal one process accumulating them (DDP averages gradients, hence the `processes`
-    factor). `counted=False` makes the batch a stand-in with zero weight, for a process whose
-    share of an update is empty: it must still join the gradient all-reduce.
+    `loss_fn(src, tgt_in, tgt_out, label_smoothing=..., compute_dtype=...)` is the summed loss
+    (`SummedLoss`, wrapped in DistributedDataParallel with several processes). The loss is
+    summed over the update's target tokens and divided by their count (`share.tokens`), so an
+    accumulated update equals one big batch, and N processes sharing the batches equal one
+    process accumulating them (DDP averages gradients, hence the `share.processes` factor).
 
     An update whose gradient is not finite (a NaN or inf loss makes it so) is skipped on the
     device: the weights and the optimizer state stay as they were.
     """
     loss_fn.train()
-    tokens = tokens or sum(b.num_tgt_tokens for b in batches)
-    share = processes if counted else 0  # DDP divides the summed gradient by `processes`
+    share = share or UpdateShare()
+    tokens = share.tokens or sum(b.num_tgt_tokens for b in batches)
+    counted = share.counted
+    weight = share.processes if counted else 0  # DDP divides the summed gradient by `processes`
     total = torch.zeros((), device=device)
     for i, batch in enumerate(batches):
         last = i == len(batches) - 1
         with contextlib.nullcontext() if last else without_gradient_sync(loss_fn):
             batch = batch.to(device)
             with autocast(device, precision):
-                summed = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, cfg.label_smoothing,
-                                 compute_dtype(precision))
-            (summed * share / tokens).backward()
+                summed = loss_fn(batch.src, batch.tgt_in, batch.tgt_out,
+                                 label_smoothing=cfg.label_smoothing,
+                                 compute_dtype=compute_dtype(precision))
+            (summed * weight / tokens).backward()
         total += summed.detach().float() / tokens
     grad_norm = _clipped_grad_norm(list(loss_fn.parameters()), cfg.clip_norm)
     for group in optimizer.param_groups:

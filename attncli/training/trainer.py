@@ -24,7 +24,13 @@ from attncli.model.build import build_model, model_fingerprint
 from attncli.runs.layout import RunPaths
 from attncli.runs.metrics import MetricsLog
 from attncli.training.averaging import average_at_end
-from attncli.training.checkpointing import RunState, data_fingerprint, resume_run, save_run
+from attncli.training.checkpointing import (
+    Checkpointed,
+    RunState,
+    data_fingerprint,
+    resume_run,
+    save_run,
+)
 from attncli.training.distributed import World, loss_module
 from attncli.training.extension import (
     check_same_data,
@@ -43,9 +49,9 @@ from attncli.training.resume_rules import (
     validation_settings,
 )
 from attncli.training.schedule import due
-from attncli.training.step import compile_loss, train_step
+from attncli.training.step import UpdateShare, compile_loss, train_step
 from attncli.training.stops import SIGNAL_ECHO_S, StopReason, StopSignal, Stopwatch
-from attncli.training.validate import Validators, translate_examples
+from attncli.training.validate import ValidationSetup, Validators, translate_examples
 
 
 class Trainer:
@@ -56,7 +62,7 @@ class Trainer:
     run's saved `pad_multiple`.
     """
 
-    def __init__(self, config, paths: RunPaths, tokenizer, data, device: torch.device,
+    def __init__(self, config, paths: RunPaths, tokenizer, data, *, device: torch.device,
                  reporter: Reporter, world: World | None = None):
         """`data`: the `corpus.TrainingData` (token caches of train and val, val texts)."""
         self.config, self.cfg, self.paths = config, config.train, paths
@@ -87,21 +93,29 @@ class Trainer:
     def feed(self) -> UpdateFeed:
         sampler = None
         if self.cfg.subword_alpha > 0:
-            sampler = SubwordSampler(self.tokenizer, self.cfg.subword_alpha,
-                                     self.cfg.subword_nbest, self.config.data.max_len,
-                                     self.cfg.seed)
-        return UpdateFeed(self.data.train, self.cfg, self.world, self.state.pad_multiple,
-                          resolve_workers(self.cfg.workers, self.device), self.device, sampler)
+            sampler = SubwordSampler(self.tokenizer, alpha=self.cfg.subword_alpha,
+                                     nbest=self.cfg.subword_nbest,
+                                     max_len=self.config.data.max_len, seed=self.cfg.seed)
+        return UpdateFeed(self.data.train, self.cfg, self.world,
+                          pad_multiple=self.state.pad_multiple,
+                          workers=resolve_workers(self.cfg.workers, self.device),
+                          device=self.device, sampler=sampler)
 
     @cached_property
     def validators(self) -> Validators:
-        return Validators(self.config, self.model, self.tokenizer, self.data, self.device,
-                          self.precision, self.state.pad_multiple, self.world)
+        setup = ValidationSetup(device=self.device, precision=self.precision,
+                                pad_multiple=self.state.pad_multiple, world=self.world)
+        return Validators(self.config, self.model, self.tokenizer, self.data, setup=setup)
+
+    @property
+    def checkpointed(self) -> Checkpointed:
+        """What its saves write and a resume loads."""
+        return Checkpointed(self.paths, self.model, self.optimizer, self.fingerprint)
 
     def resume(self) -> Path:
         """Continue from the `last` checkpoint (strictly loaded); returns its folder."""
-        self.state, folder = resume_run(self.paths, self.model, self.optimizer, self.cfg,
-                                        self.world, self.device, self.fingerprint)
+        self.state, folder = resume_run(self.checkpointed, cfg=self.cfg, world=self.world,
+                                        device=self.device)
         self.saved_step = self.state.step
         check_fixed_settings(self.state.fixed, self.fixed_settings, folder)
         check_same_data(self.state, self.data_fingerprint, folder)
@@ -122,16 +136,17 @@ class Trainer:
         """
         state, cfg, reason = self.state, self.cfg, None
         self.clock = Stopwatch(state.elapsed)
-        self.figures = UpdateFigures(cfg, self.world, self.metrics, self.reporter, self.clock,
-                                     state.window)
+        self.figures = UpdateFigures(cfg, self.world, metrics=self.metrics,
+                                     reporter=self.reporter, clock=self.clock,
+                                     window=state.window)
         with StopSignal(SIGNAL_ECHO_S if self.world.distributed else 0.0) as stop:
             for update in self.feed.updates(state.epoch, state.batch_index):
                 state.epoch, state.batch_index = update.epoch, update.batch_index
                 self.trained_epoch = update.trained_epoch  # what logs label the step with
                 lr = inverse_sqrt_lr(state.step + 1, cfg.lr, cfg.warmup_steps)
-                stats = train_step(self.loss_fn, self.optimizer, update.batches, cfg, lr,
-                                   self.device, self.precision, update.tokens, self.world.size,
-                                   update.counted)
+                share = UpdateShare(update.tokens, self.world.size, update.counted)
+                stats = train_step(self.loss_fn, self.optimizer, update.batches, cfg=cfg, lr=lr,
+                                   device=self.device, precision=self.precision, share=share)
                 state.step += 1
                 self.figures.add(state.step, lr, stats)
                 state.elapsed = self.clock.seconds()
@@ -284,8 +299,8 @@ class Trainer:
         self.state.window = self.figures.window_record()
         self.state.fixed = self.fixed_settings
         self.state.validation = validation_settings(self.config)
-        save_run(self.paths, self.model, self.optimizer, self.state, self.cfg, self.world,
-                 self.device, self.fingerprint, between)
+        save_run(self.checkpointed, self.state, cfg=self.cfg, world=self.world,
+                 device=self.device, between=between)
         self.saved_step = self.state.step
 
 

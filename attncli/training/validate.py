@@ -17,6 +17,7 @@ from attncli.core.device import autocast, compute_dtype, resolve_decode_precisio
 from attncli.core.text import PAD_ID
 from attncli.data.batching import token_batches
 from attncli.decoding.scoring import corpus_scores
+from attncli.decoding.search import SearchSettings
 from attncli.decoding.texts import translate_texts
 from attncli.model.build import build_model
 from attncli.runs.checkpoints import load_state_dict_strictly, read_tensors
@@ -35,15 +36,26 @@ class ValScores:
     bleu_seconds: float
 
 
+@dataclass(frozen=True)
+class ValidationSetup:
+    """How this process scores: the trainer's device and precision, the padding multiple its
+    batches are cut with, and its place among the run's processes. One object from the trainer
+    to each `Validator`, so that the four never travel by position."""
+
+    device: torch.device
+    precision: str
+    pad_multiple: int
+    world: World
+
+
 class Validator:
     """Scores one val split; with several processes each scores its share and they sum."""
 
-    def __init__(self, config, model: nn.Module, tokenizer, data, device: torch.device,
-                 precision: str, pad_multiple: int, world: World):
+    def __init__(self, config, model: nn.Module, tokenizer, data, *, setup: ValidationSetup):
         """`data`: a `corpus.ValSet` (val token cache and val texts)."""
         self.config, self.model, self.tokenizer = config, model, tokenizer
-        self.device, self.precision, self.pad_multiple = device, precision, pad_multiple
-        self.world, self.corpus = world, data.val
+        self.device, self.precision = setup.device, setup.precision
+        self.pad_multiple, self.world, self.corpus = setup.pad_multiple, setup.world, data.val
         limit = config.data.valid_limit or len(data.val_text)
         self.src, self.ref = data.val_text.src[:limit], data.val_text.tgt[:limit]
         # The loss reads the token cache, whose val pairs are those that fit data.max_len:
@@ -73,12 +85,14 @@ class Validator:
         corpus, multiple, limit = self.corpus, self.pad_multiple, self.limit
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, tokens
         batches = token_batches(corpus.src_lens[:limit], corpus.tgt_lens[:limit],
-                                self.config.train.batch_tokens, 0, 0, multiple)
+                                self.config.train.batch_tokens, seed=0, epoch=0,
+                                multiple=multiple)
         for pairs in self.world.share(batches):
             batch = corpus.collate(pairs, multiple).to(self.device)
             with autocast(self.device, self.precision):
-                sums[0] += self.model.summed_loss(batch.src, batch.tgt_in, batch.tgt_out, 0.0,
-                                                  compute_dtype(self.precision)).double()
+                sums[0] += self.model.summed_loss(
+                    batch.src, batch.tgt_in, batch.tgt_out, label_smoothing=0.0,
+                    compute_dtype=compute_dtype(self.precision)).double()
             sums[1] += (batch.tgt_out != PAD_ID).sum()
         loss, tokens = self.world.sum(sums).tolist()
         return loss / max(tokens, 1)
@@ -90,8 +104,9 @@ class Validator:
         when a model still repeats itself; each process decodes its share."""
         self.model.eval()
         precision = resolve_decode_precision(self.config.train.precision, self.device)
-        results = translate_texts(self.model, self.tokenizer, self.world.share(self.src),
-                                  self.config.decode, 1, 1, self.device, precision=precision)
+        greedy = SearchSettings.from_config(self.config.decode, beam=1, nbest=1)
+        results = translate_texts(self.model, self.tokenizer, self.world.share(self.src), greedy,
+                                  device=self.device, precision=precision)
         shares = self.world.gather([self.tokenizer.decode_tgt(r[0].tokens) for r in results])
         hyps = [None] * len(self.src)
         for rank, share in enumerate(shares):
@@ -103,11 +118,9 @@ class Validators:
     """A run's val sets (`corpus.TrainingData.vals`), each with its `Validator`; `deciding`
     names the one whose BLEU chooses best and counts patience (None: the run's one set)."""
 
-    def __init__(self, config, model: nn.Module, tokenizer, data, device: torch.device,
-                 precision: str, pad_multiple: int, world: World):
+    def __init__(self, config, model: nn.Module, tokenizer, data, *, setup: ValidationSetup):
         self.deciding = deciding_val_set(config, data).name
-        self.by_name = {val_set.name: Validator(config, model, tokenizer, val_set, device,
-                                                precision, pad_multiple, world)
+        self.by_name = {val_set.name: Validator(config, model, tokenizer, val_set, setup=setup)
                         for val_set in data.vals}
 
     def score(self) -> dict[str | None, ValScores]:
@@ -131,8 +144,9 @@ def translate_examples(config, model: nn.Module, tokenizer, device: torch.device
     search is deterministic), so a run's loss curve is the same with and without examples."""
     model.eval()
     precision = resolve_decode_precision(config.train.precision, device)
-    found = translate_texts(model, tokenizer, config.train.examples, config.decode,
-                            config.decode.beam, 1, device, precision=precision)
+    settings = SearchSettings.from_config(config.decode, beam=config.decode.beam, nbest=1)
+    found = translate_texts(model, tokenizer, config.train.examples, settings, device=device,
+                            precision=precision)
     return [tokenizer.decode_tgt(hypotheses[0].tokens) for hypotheses in found]
 
 
@@ -146,10 +160,10 @@ def score_weights(trainer: Any, weights: dict[str, torch.Tensor],
     with torch.random.fork_rng(devices=[]):
         model = build_model(trainer.config, trainer.tokenizer)
     load_state_dict_strictly(model, weights, source or trainer.paths.averaged)
+    setup = ValidationSetup(device=trainer.device, precision=trainer.precision,
+                            pad_multiple=trainer.state.pad_multiple, world=World())
     validator = Validator(trainer.config, model.to(trainer.device), trainer.tokenizer,
-                          deciding_val_set(trainer.config, trainer.data), trainer.device,
-                          trainer.precision,
-                          trainer.state.pad_multiple, World())
+                          deciding_val_set(trainer.config, trainer.data), setup=setup)
     return validator.score()
 
 
