@@ -120,7 +120,8 @@ def train(
         return
     from attncli.training.command import train_command  # here: torch-free start-up
 
-    train_command(checked, resumed, config, name, runs_dir or Path("runs"), device)
+    train_command(checked, resumed, config_path=config, name=name,
+                  runs_dir=runs_dir or Path("runs"), device_name=device)
 
 
 @app.command()
@@ -156,10 +157,12 @@ def eval_(
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
-    from attncli.evaluate import eval_command  # here: torch-free start-up
+    from attncli.evaluate import EvalOptions, eval_command  # here: torch-free start-up
 
-    eval_command(run_dir, split.value, data, beam, json_out, device, checkpoint, engine.value,
-                 exported, no_repeat_ngram)
+    eval_command(EvalOptions(
+        run_dir=run_dir, split=split.value, data=data, beam=beam, json_out=json_out,
+        device=device, checkpoint=checkpoint, engine=engine.value, exported=exported,
+        no_repeat_ngram=no_repeat_ngram))
 
 
 @app.command()
@@ -196,18 +199,21 @@ def translate(
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
 ) -> None:
     """Translate sentences with a trained run (arguments, a file, or standard input)."""
-    from attncli.translate import translate_command  # here: torch-free start-up
+    from attncli.translate import TranslateOptions, translate_command  # here: torch-free start
 
-    translate_command(
-        text or [], run, beam, nbest, input_file, output_file, json_out, show_attention,
-        attention_png, layer, head, device, checkpoint, engine.value, exported, no_repeat_ngram,
-    )
+    translate_command(TranslateOptions(
+        texts=text or [], run=run, beam=beam, nbest=nbest, input_file=input_file,
+        output_file=output_file, json_out=json_out, show_attention=show_attention,
+        attention_png=attention_png, layer=layer, head=head, device=device,
+        checkpoint=checkpoint, engine=engine.value, exported=exported,
+        no_repeat_ngram=no_repeat_ngram))
 
 
 @app.command()
 def serve(
-    run: Path | None = typer.Argument(
-        None, help="Run folder (default: the run under ./runs that saved a checkpoint last)."),
+    run: list[Path] | None = typer.Argument(
+        None, help="Run folder(s), one per language pair; requests go to the run of their "
+        "source and target (default: the run under ./runs that saved a checkpoint last)."),
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
@@ -237,12 +243,15 @@ def serve(
         10.0, "--batch-wait", min=0.0, help="Milliseconds a request waits for others to join "
         "its batch."),
 ) -> None:
-    """Serve a run over HTTP: LibreTranslate's API, attncli's own with attention, and a page."""
-    from attncli.serve.command import serve_command  # here: torch-free start-up
+    """Serve runs over HTTP: LibreTranslate's API, attncli's own with attention, and a page."""
+    from attncli.serve.command import ServeCommandOptions, serve_command  # torch-free start-up
 
-    serve_command(run, checkpoint, engine.value, exported, device, host, port, api_key,
-                  cors_origin, max_texts, max_chars, max_beam, max_queue, timeout, batch_size,
-                  batch_tokens, batch_wait)
+    serve_command(ServeCommandOptions(
+        runs=list(run or []), checkpoint=checkpoint, engine=engine.value, exported=exported,
+        device=device, host=host, port=port, api_key=api_key, cors_origins=cors_origin,
+        max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_queue=max_queue,
+        timeout=timeout, batch_size=batch_size, batch_tokens=batch_tokens,
+        batch_wait_ms=batch_wait))
 
 
 @app.command()
@@ -260,7 +269,8 @@ def export(
     """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli\\[ct2]`)."""
     from attncli.export import export_command  # here: torch-free start-up
 
-    export_command(run_dir, to, quantization, output, force, checkpoint)
+    export_command(run_dir, to=to, quantization=quantization, output=output, force=force,
+                   checkpoint=checkpoint)
 
 
 @app.command()
@@ -289,7 +299,8 @@ def bench(
     """Measure attention kernels, training throughput (with MFU) and decoding speed."""
     from attncli.bench import bench_command  # here: torch-free start-up
 
-    bench_command(device, suite.value, config, json_file, warmup, repeats)
+    bench_command(device, suite.value, config=config, json_file=json_file, warmup=warmup,
+                  repeats=repeats)
 
 
 def main() -> None:

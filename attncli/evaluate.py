@@ -1,9 +1,10 @@
 """`attncli eval`: translate a split with a trained run and score it with sacreBLEU (BLEU and
 chrF), writing eval/<split>.hyp.txt and eval/<split>.json in the run folder.
 
-The parts it puts together are shared: reading a split (`data.sources`), opening the run for
-decoding with either engine (`runs.trained`), encoding the sources (`decoding.texts`) and the
-scores (`decoding.scoring`), which validation while training uses too.
+The parts it puts together are shared: reading a split (`data.sources`), the run opened to
+translate with either engine (`runs.translator.Translator`, the Python API, so eval decodes as
+`attncli translate` does) and the scores (`decoding.scoring`), which validation while training
+uses too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +24,44 @@ from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, atomic_write_text, output_folder_problem
 from attncli.data.sources import load_split
 from attncli.decoding.scoring import corpus_scores
-from attncli.decoding.texts import TruncateHook, encode_sources, source_subword_limit
+from attncli.decoding.texts import TruncateHook, source_subword_limit
 from attncli.runs.average import averaged_facts, describe
-from attncli.runs.trained import TrainedModel, decode_ids, decode_precision, load_for_decoding
+from attncli.runs.trained import TrainedModel, decode_precision
+from attncli.runs.translator import Translator
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """`attncli eval`'s options as cli.py parsed them (their meaning: its --help)."""
+
+    run_dir: Path
+    split: str = "test"
+    data: str | None = None
+    beam: int | None = None
+    json_out: bool = False
+    device: str = "auto"
+    checkpoint: str = "auto"
+    engine: str = "torch"
+    exported: Path | None = None
+    no_repeat_ngram: int | None = None
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What `attncli eval` scores, as its reports and titles say it: the run, the split, the
+    beam and the engine."""
+
+    run_dir: Path
+    split: str
+    beam: int
+    engine: str
 
 
 def evaluate_split(
-    trained: TrainedModel,
+    translator: Translator,
     texts_src: Sequence[str],
     texts_ref: Sequence[str],
+    *,
     beam: int,
     on_truncate: TruncateHook | None = None,
     progress: Callable[[int], None] | None = None,
@@ -41,12 +72,12 @@ def evaluate_split(
     Returns the scores (see ``corpus_scores``) plus beam, no_repeat_ngram_size, sentences,
     seconds, sentences_per_s, and ``hypotheses``: the detokenized best translations in input order.
     """
-    cfg = trained.config
+    cfg = translator.config
     start = time.perf_counter()
-    src_ids = encode_sources(trained.tokenizer, texts_src, cfg.model.max_positions, on_truncate)
-    found = decode_ids(trained, src_ids, beam, 1, progress=progress)
+    src_ids = translator.encode(texts_src, on_truncate)
+    found = translator.search(src_ids, beam=beam, progress=progress)
     seconds = time.perf_counter() - start
-    hyps = [trained.tokenizer.decode_tgt(h[0].tokens) for h in found]
+    hyps = [translator.detokenize(h[0]) for h in found]
     return {
         **corpus_scores(hyps, texts_ref, cfg.data.tgt),
         "beam": beam,
@@ -111,53 +142,55 @@ def eval_reports(run_dir: Path, split: str = "test") -> dict[str, dict[str, Any]
     return reports
 
 
-def eval_command(run_dir: Path, split: str, data: str | None, beam: int | None, json_out: bool,
-                 device: str, checkpoint: str = "auto", engine: str = "torch",
-                 exported: Path | None = None, no_repeat_ngram: int | None = None) -> None:
+def eval_command(options: EvalOptions) -> None:
     """`attncli eval`: score a split, write eval/<split>.hyp.txt and eval/<split>.json
     (eval/<split>-<data>.* for a split from --data, so the run's own scores stay; a mix of
     corpora: eval/<split>-<corpus>.* for each corpus's split)."""
-    trained = load_for_decoding(Path(run_dir), device, checkpoint, engine, exported,
-                                no_repeat_ngram)
+    run_dir, split = options.run_dir, options.split
+    translator = Translator(run_dir, options.checkpoint, options.device, options.engine,
+                            exported=options.exported, no_repeat_ngram=options.no_repeat_ngram)
+    trained = translator.trained
     if problem := output_folder_problem(trained.paths.eval_dir):  # before the decoding
         raise AttncliError(f"{trained.paths.eval_dir}: {problem}; eval writes its scores there")
-    config = trained.config
-    sets = [(name, data_cfg, load_split(data_cfg, split))  # every split read before decoding
-            for name, data_cfg in _eval_sets(config, split, data)]
-    beam = beam or config.decode.beam
-    results = [(*_score(trained, run_dir, split, name, parallel, beam, engine), parallel)
-               for name, _, parallel in sets]
-    if json_out:
+    sets = [(name, load_split(data_cfg, split))  # every split read before decoding
+            for name, data_cfg in _eval_sets(translator.config, split, options.data)]
+    beam = options.beam or translator.beam
+    scoring = Scoring(run_dir, split, beam, options.engine)
+    results = [(*_score(translator, scoring, name, parallel), parallel) for name, parallel in sets]
+    if options.json_out:
         reports = [report for report, _, _ in results]
         print(stdout_json(reports[0] if len(reports) == 1 else {"run": str(run_dir),
                                                                 "results": reports}))
         return
     if len(results) == 1:
-        _print_one(trained, run_dir, split, beam, *results[0][:2])
+        _print_one(trained, scoring, *results[0][:2])
     else:
-        _print_table(trained, run_dir, split, beam, results)
+        _print_table(trained, scoring, results)
 
 
-def _score(trained: TrainedModel, run_dir: Path, split: str, name: str, parallel, beam: int,
-           engine: str) -> tuple[dict[str, Any], Path]:
+def _score(translator: Translator, scoring: Scoring, name: str,
+           parallel) -> tuple[dict[str, Any], Path]:
     """Translate and score one set; its report, written with its hypotheses to eval/NAME.*."""
     from rich.console import Console
     from rich.progress import Progress
 
-    config, err = trained.config, Console(stderr=True)
+    trained, split, beam = translator.trained, scoring.split, scoring.beam
+    err = Console(stderr=True)
     truncated: list[int] = []
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(f"translating {parallel.name} {split} (beam {beam})",
                             total=len(parallel.src))
         result = evaluate_split(
-            trained, parallel.src, parallel.tgt, beam,
+            translator, parallel.src, parallel.tgt, beam=beam,
             on_truncate=lambda i, length, kept: truncated.append(parallel.rows[i]),
             progress=lambda done: bar.advance(task, done),
         )
-    _warn(truncated, source_subword_limit(config.model.max_positions), parallel.dropped_empty)
+    _warn(truncated, source_subword_limit(translator.config.model.max_positions),
+          parallel.dropped_empty)
     hyps = result.pop("hypotheses")
-    report = {"run": str(run_dir), "checkpoint": trained.checkpoint.name, "data": parallel.name,
-              "split": split, "engine": engine, "precision": decode_precision(trained), **result,
+    report = {"run": str(scoring.run_dir), "checkpoint": trained.checkpoint.name,
+              "data": parallel.name, "split": split, "engine": scoring.engine,
+              "precision": decode_precision(trained), **result,
               "left_out_empty": parallel.dropped_empty, **_averaged(trained)}
     hyp_file = trained.paths.eval_dir / f"{name}.hyp.txt"
     atomic_write_text(hyp_file, "".join(f"{h}\n" for h in hyps))
@@ -165,13 +198,14 @@ def _score(trained: TrainedModel, run_dir: Path, split: str, name: str, parallel
     return report, hyp_file
 
 
-def _print_one(trained: TrainedModel, run_dir: Path, split: str, beam: int,
-               report: dict[str, Any], hyp_file: Path) -> None:
+def _print_one(trained: TrainedModel, scoring: Scoring, report: dict[str, Any],
+               hyp_file: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): {report['data']} {split}, "
-             f"beam {beam}" + _blocking(trained.config.decode))  # rich wraps table titles
+    title = (f"{Path(scoring.run_dir).name} ({describe(trained.checkpoint)}): {report['data']} "
+             f"{scoring.split}, beam {scoring.beam}"
+             + _blocking(trained.config.decode))  # rich wraps table titles
     table = Table()
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -187,14 +221,13 @@ def _print_one(trained: TrainedModel, run_dir: Path, split: str, beam: int,
     out.print(f"[dim]hypotheses: {hyp_file}[/dim]")
 
 
-def _print_table(trained: TrainedModel, run_dir: Path, split: str, beam: int,
-                 results: list) -> None:
+def _print_table(trained: TrainedModel, scoring: Scoring, results: list) -> None:
     """A mix's scores: a row per corpus's split."""
     from rich.console import Console
     from rich.table import Table
 
-    title = (f"{Path(run_dir).name} ({describe(trained.checkpoint)}): each corpus's {split} "
-             f"split, beam {beam}" + _blocking(trained.config.decode))
+    title = (f"{Path(scoring.run_dir).name} ({describe(trained.checkpoint)}): each corpus's "
+             f"{scoring.split} split, beam {scoring.beam}" + _blocking(trained.config.decode))
     table = Table()
     for column in ("corpus", "BLEU", "chrF", "sentences", "seconds"):
         table.add_column(column, justify="left" if column == "corpus" else "right")

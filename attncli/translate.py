@@ -27,13 +27,35 @@ from attncli.core.files import output_file_problem, replacing_file
 from attncli.core.plots import attention_table, plot_attention
 from attncli.data.tokenizer import NO_TEXT, text_problem
 from attncli.decoding.search import Hypothesis
-from attncli.decoding.texts import encode_sources
 from attncli.runs.average import describe
 from attncli.runs.layout import find_latest_run
-from attncli.runs.trained import TrainedModel, decode_ids, load_for_decoding
+from attncli.runs.trained import TrainedModel
+from attncli.runs.translator import Translator
 
 # Lines read and translated together from a file or a pipe (one at a time from a terminal).
 CHUNK_LINES = 256
+
+
+@dataclass(frozen=True)
+class TranslateOptions:
+    """`attncli translate`'s options as cli.py parsed them (their meaning: its --help)."""
+
+    texts: Sequence[str] = ()
+    run: Path | None = None
+    beam: int | None = None
+    nbest: int = 1
+    input_file: Path | None = None
+    output_file: Path | None = None
+    json_out: bool = False
+    show_attention: bool = False
+    attention_png: Path | None = None
+    layer: int = -1
+    head: int | None = None
+    device: str = "auto"
+    checkpoint: str = "auto"
+    engine: str = "torch"
+    exported: Path | None = None
+    no_repeat_ngram: int | None = None
 
 
 @dataclass
@@ -99,7 +121,7 @@ def _output(path: Path | None) -> Iterator[TextIO]:
         yield f
 
 
-def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], nbest: int,
+def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], *, nbest: int,
             json_out: bool) -> str:
     if json_out:
         return stdout_json({"line": item.number, "source": item.text, "hypotheses": texts,
@@ -113,8 +135,9 @@ def _format(item: _Input, hyps: list[Hypothesis], texts: list[str], nbest: int,
 class _AttentionView:
     """Shows the chosen translation's cross-attention: a terminal heatmap and/or PNG files."""
 
-    def __init__(self, trained: TrainedModel, layer: int, head: int | None, show: bool,
-                 png: Path | None, single: bool, to_stderr: bool):
+    def __init__(self, trained: TrainedModel, options: TranslateOptions, single: bool):
+        layer, head, show = options.layer, options.head, options.show_attention
+        png, to_stderr = options.attention_png, options.json_out
         layers, heads = trained.config.model.dec_layers, trained.config.model.heads
         if not -layers <= layer < layers:
             raise AttncliError(f"--layer {layer}: the model has {layers} decoder layers "
@@ -145,7 +168,7 @@ class _AttentionView:
         if self.png is not None:
             path = self.png if self.single else self.png.with_name(
                 f"{self.png.stem}-{item.number}{self.png.suffix}")
-            plot_attention(weights.numpy(), src, tgt, path, title, self.head)
+            plot_attention(weights.numpy(), src, tgt, path=path, title=title, head=self.head)
             print(f"attention heatmap saved to {path}", file=sys.stderr)
 
 
@@ -197,7 +220,7 @@ def _open_inputs(texts: Sequence[str], input_file: Path | None,
     return _from_arguments(texts), CHUNK_LINES
 
 
-def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest: int,
+def _translate_chunk(translator: Translator, good: list[_Input], *, beam: int, nbest: int,
                      need_attention: bool) -> dict[int, tuple[list[int], list[Hypothesis]]]:
     """Source ids (after any cut, with a warning) and hypotheses of the good inputs, by input
     number. An input that leaves no subword once tokenized gets a ``problem`` instead (see
@@ -207,14 +230,13 @@ def _translate_chunk(trained: TrainedModel, good: list[_Input], beam: int, nbest
         print(f"warning: {good[i].label}: {length} subwords, only the first {kept} are "
               "translated", file=sys.stderr)
 
-    src_ids = encode_sources(trained.tokenizer, [item.text for item in good],
-                             trained.config.model.max_positions, warn)
+    src_ids = translator.encode([item.text for item in good], warn)
     for item, ids in zip(good, src_ids, strict=True):
         if len(ids) == 1:  # EOS alone
             item.problem = NO_TEXT
     kept = [(item, ids) for item, ids in zip(good, src_ids, strict=True) if item.problem is None]
-    hyps = decode_ids(trained, [ids for _, ids in kept], beam, nbest, need_attention) if kept \
-        else []
+    hyps = translator.search([ids for _, ids in kept], beam=beam, nbest=nbest,
+                             attention=need_attention) if kept else []
     return {item.number: (ids, h) for (item, ids), h in zip(kept, hyps, strict=True)}
 
 
@@ -226,12 +248,14 @@ def _failure_line(item: _Input, nbest: int, json_out: bool) -> str | None:
     return "" if nbest == 1 else None
 
 
-def _translate_and_write(trained: TrainedModel, chunk: list[_Input], out: TextIO,
-                         view: _AttentionView, beam: int, nbest: int, json_out: bool) -> int:
+def _translate_and_write(translator: Translator, chunk: list[_Input], out: TextIO, *,
+                         view: _AttentionView, options: TranslateOptions, beam: int) -> int:
     """Translate a chunk's good inputs and write every input's lines in input order; returns
     how many inputs could not be translated (each said on stderr)."""
+    nbest, json_out = options.nbest, options.json_out
     good = [item for item in chunk if item.problem is None]
-    found = _translate_chunk(trained, good, beam, nbest, view.wanted) if good else {}
+    found = _translate_chunk(translator, good, beam=beam, nbest=nbest,
+                             need_attention=view.wanted) if good else {}
     for item in chunk:
         if item.problem is not None:
             print(f"error: {item.label}: {item.problem}", file=sys.stderr)
@@ -239,8 +263,8 @@ def _translate_and_write(trained: TrainedModel, chunk: list[_Input], out: TextIO
                 out.write(line + "\n")
             continue
         ids, hyps = found[item.number]
-        hyp_texts = [trained.tokenizer.decode_tgt(h.tokens) for h in hyps]
-        out.write(_format(item, hyps, hyp_texts, nbest, json_out) + "\n")
+        hyp_texts = [translator.detokenize(h) for h in hyps]
+        out.write(_format(item, hyps, hyp_texts, nbest=nbest, json_out=json_out) + "\n")
         if view.wanted:
             out.flush()
             view(item, ids, hyps[0])
@@ -255,53 +279,54 @@ def _check_outputs(output_file: Path | None, attention_png: Path | None) -> None
             raise AttncliError(f"{flag} {path}: {problem}")
 
 
-def translate_command(
-    texts: Sequence[str],
-    run: Path | None,
-    beam: int | None,
-    nbest: int,
-    input_file: Path | None,
-    output_file: Path | None,
-    json_out: bool,
-    show_attention: bool,
-    attention_png: Path | None,
-    layer: int,
-    head: int | None,
-    device: str,
-    checkpoint: str = "auto",
-    engine: str = "torch",
-    exported: Path | None = None,
-    no_repeat_ngram: int | None = None,
-) -> None:
-    """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
-    if engine != "torch" and (show_attention or attention_png):
+def _check_options(options: TranslateOptions) -> None:
+    """Options that contradict each other, or outputs that could never be written: refused
+    before the model loads."""
+    wants_view = options.show_attention or options.attention_png
+    if options.engine != "torch" and wants_view:
         raise AttncliError("--show-attention and --attention-png need --engine torch")
-    if (layer != -1 or head is not None) and not (show_attention or attention_png):
+    if (options.layer != -1 or options.head is not None) and not wants_view:
         raise AttncliError("--layer and --head choose what --show-attention or --attention-png "
                            "show: give one of them")
-    _check_outputs(output_file, attention_png)
+    _check_outputs(options.output_file, options.attention_png)
+
+
+def _open_translator(options: TranslateOptions) -> Translator:
+    """The run (the latest one unless --run), loaded to decode; says which checkpoint when the
+    choice was left to attncli."""
+    run_dir = options.run if options.run is not None else find_latest_run(Path("runs")).root
+    translator = Translator(run_dir, options.checkpoint, options.device, options.engine,
+                            exported=options.exported, no_repeat_ngram=options.no_repeat_ngram)
+    if options.checkpoint == "auto":  # chosen for the user: say which
+        print(f"{run_dir}: checkpoint {describe(translator.trained.checkpoint)}",
+              file=sys.stderr)
+    return translator
+
+
+def translate_command(options: TranslateOptions) -> None:
+    """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
+    _check_options(options)
+    texts, nbest = options.texts, options.nbest
     failed = total = 0
     with contextlib.ExitStack() as stack:
-        inputs, chunk_size = _open_inputs(texts, input_file, stack)
-        run_dir = run if run is not None else find_latest_run(Path("runs")).root
-        trained = load_for_decoding(run_dir, device, checkpoint, engine, exported,
-                                    no_repeat_ngram)
-        if checkpoint == "auto":  # chosen for the user: say which
-            print(f"{run_dir}: checkpoint {describe(trained.checkpoint)}", file=sys.stderr)
-        beam = beam or trained.config.decode.beam
+        inputs, chunk_size = _open_inputs(texts, options.input_file, stack)
+        translator = _open_translator(options)
+        beam = options.beam or translator.beam
         if nbest > beam:
             raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")
-        view = _AttentionView(trained, layer, head, show_attention, attention_png,
-                              single=len(texts) == 1 and texts[0] != "-", to_stderr=json_out)
-        out = stack.enter_context(_output(output_file))
+        view = _AttentionView(translator.trained, options,
+                              single=len(texts) == 1 and texts[0] != "-")
+        out = stack.enter_context(_output(options.output_file))
         try:
             for chunk in _chunks(inputs, chunk_size):
                 total += len(chunk)
-                failed += _translate_and_write(trained, chunk, out, view, beam, nbest, json_out)
+                failed += _translate_and_write(translator, chunk, out, view=view,
+                                               options=options, beam=beam)
         except BrokenPipeError:  # `... | head`: the reader is gone, nothing left to do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return
     if failed:
-        left = " (their output lines are left empty)" if nbest == 1 and not json_out else ""
+        left = " (their output lines are left empty)" if nbest == 1 and not options.json_out \
+            else ""
         raise AttncliError(f"{failed} of {total} inputs could not be translated (see above)"
                            f"{left}")

@@ -5,10 +5,12 @@
     translator = Translator("runs/small-20261129-0741")
     print(translator.translate(["Hello, how are you?"])[0].text)
 
-It puts together what `attncli translate` does, with either engine: the run opened for decoding
+It puts together, with either engine, the run opened for decoding
 (`runs.trained.load_for_decoding`), sources encoded to fit the model (`decoding.texts`), decoded
-(`runs.trained.decode_ids`) and detokenized, so a sentence gets the same translation here as
-from the command line with the same settings.
+(`runs.trained.decode_ids`) and detokenized. `attncli translate`, `attncli eval` and `attncli
+serve` translate through it too (`encode` and `search`, which leave the reporting of bad
+input to them), so a sentence gets the same translation here as from the command line or the
+server with the same settings.
 
 Threads: a Translator's model is one, so it decodes one call at a time; calls from several
 threads take turns (a lock), which is safe but not faster. Decode in one thread, or give each
@@ -19,16 +21,17 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from attncli.core.config import Config
 from attncli.core.errors import AttncliError
-from attncli.data.tokenizer import NO_TEXT, text_problem
-from attncli.decoding.search import Hypothesis
-from attncli.decoding.texts import encode_sources
+from attncli.data.tokenizer import NO_TEXT, Tokenizer, text_problem
+from attncli.decoding.search import Hypothesis, SentenceDone
+from attncli.decoding.texts import TruncateHook, encode_sources
 from attncli.runs.trained import ENGINES, TrainedModel, decode_ids, load_for_decoding
 
 # Sentences decoded together by `Translator.translate_iter` (as `attncli translate` reads them).
@@ -82,12 +85,14 @@ class Translator:
     """
 
     def __init__(self, run: str | Path, checkpoint: str = "auto", device: str = "auto",
-                 engine: str = "torch", exported: str | Path | None = None):
+                 engine: str = "torch", exported: str | Path | None = None,
+                 no_repeat_ngram: int | None = None):
         if engine not in ENGINES:
             raise AttncliError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
         self.trained: TrainedModel = load_for_decoding(
             Path(run), device, checkpoint, engine=engine,
-            exported=None if exported is None else Path(exported))
+            exported=None if exported is None else Path(exported),
+            no_repeat_ngram=no_repeat_ngram)
         self._lock = threading.Lock()
 
     @property
@@ -108,6 +113,15 @@ class Translator:
         """The run's beam size, used when `translate` is given none."""
         return self.trained.config.decode.beam
 
+    @property
+    def config(self) -> Config:
+        """The run's config, with `no_repeat_ngram` applied to its decode settings."""
+        return self.trained.config
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.trained.tokenizer
+
     def translate(self, texts: Sequence[str], *, beam: int | None = None, nbest: int = 1,
                   attention: bool = False) -> list[Translation]:
         """One `Translation` per text, in order; `[]` for `[]`."""
@@ -116,16 +130,34 @@ class Translator:
         if not texts:
             return []
         cut: set[int] = set()
+        src_ids = self.encode(texts, lambda i, _length, _kept: cut.add(i))
+        for number, ids in enumerate(src_ids, 1):
+            if len(ids) == 1:  # EOS alone: nothing left once tokenized
+                raise AttncliError(f"text {number}: {NO_TEXT}")
+        found = self.search(src_ids, beam=beam, nbest=nbest, attention=attention)
+        return [self._translation(text, hypotheses, i in cut, attention)
+                for i, (text, hypotheses) in enumerate(zip(texts, found, strict=True))]
+
+    def encode(self, texts: Sequence[str], on_cut: TruncateHook | None = None
+               ) -> list[list[int]]:
+        """The texts' source ids as the model reads them (ending in EOS), each cut to fit its
+        positions; `on_cut(i, subwords, kept)` for each text cut. For callers that report
+        their own problems per text (`attncli translate`, eval, the server): no checks here."""
+        return encode_sources(self.tokenizer, texts, self.config.model.max_positions, on_cut)
+
+    def search(self, src_ids: list[list[int]], *, beam: int, nbest: int = 1,
+               attention: bool = False, progress: Callable[[int], None] | None = None,
+               done: SentenceDone | None = None) -> list[list[Hypothesis]]:
+        """The `nbest` hypotheses of each encoded source, best first (`runs.trained.decode_ids`:
+        `progress(n)` as n more are done, `done(i, hypotheses)` as soon as source i's are
+        final). One call at a time: calls from other threads wait their turn."""
         with self._lock:
-            src_ids = encode_sources(self.trained.tokenizer, texts,
-                                     self.trained.config.model.max_positions,
-                                     lambda i, _length, _kept: cut.add(i))
-            for number, ids in enumerate(src_ids, 1):
-                if len(ids) == 1:  # EOS alone: nothing left once tokenized
-                    raise AttncliError(f"text {number}: {NO_TEXT}")
-            found = decode_ids(self.trained, src_ids, beam, nbest, need_attention=attention)
-            return [self._translation(text, hypotheses, i in cut, attention)
-                    for i, (text, hypotheses) in enumerate(zip(texts, found, strict=True))]
+            return decode_ids(self.trained, src_ids, beam, nbest, need_attention=attention,
+                              progress=progress, done=done)
+
+    def detokenize(self, hypothesis: Hypothesis) -> str:
+        """A hypothesis's text."""
+        return self.tokenizer.decode_tgt(hypothesis.tokens)
 
     def translate_iter(self, texts: Iterable[str], *, beam: int | None = None, nbest: int = 1,
                        attention: bool = False, chunk: int = CHUNK_SENTENCES
@@ -151,8 +183,8 @@ class Translator:
 
     def _translation(self, text: str, hypotheses: list[Hypothesis], truncated: bool,
                      attention: bool) -> Translation:
-        decode = self.trained.tokenizer.decode_tgt
-        nbest = tuple(Candidate(decode(h.tokens), h.score, tuple(h.tokens)) for h in hypotheses)
+        nbest = tuple(Candidate(self.detokenize(h), h.score, tuple(h.tokens))
+                      for h in hypotheses)
         return Translation(text, nbest, truncated,
                            hypotheses[0].attention if attention else None)
 
