@@ -3,15 +3,15 @@ as their own sentences finish, with exactly what the whole batch returns."""
 
 from __future__ import annotations
 
-from attncli.runs.trained import load_for_decoding
-from attncli.serve.translator import Settings, Translator, Work
+from attncli.runs.translator import Translator
+from attncli.serve.translator import ServedRun, Settings, Work
 
 TEXTS = ["A dog.", "Two men in red shirts are playing football on a green field near a lake.",
          "A woman rides a bike.", "People."]
 
 
 def test_works_are_delivered_as_their_sentences_end_and_equal_the_batch_answer(served_run):
-    translator = Translator(load_for_decoding(served_run, "cpu", "auto"))
+    translator = ServedRun(Translator(served_run, device="cpu"))
     works = []
     for texts in (TEXTS[:1], TEXTS[1:3], TEXTS[3:]):
         ids, _ = translator.encode(texts)

@@ -1,14 +1,18 @@
-"""`attncli serve`: a run behind HTTP, with a page that shows its attention.
+"""`attncli serve`: runs behind HTTP, a language pair each, with a page that shows attention.
 
 Imports every layer up to `runs` (a trained run, decoded), never `bench`. One job per module,
 in the order a request meets them:
 
-    command.py     the CLI command: load the run once, bind, run uvicorn, stop gracefully
+    command.py     the CLI command: load each run once, bind, run uvicorn, stop gracefully
     app.py         the ASGI app (Starlette): routes, origin and key checks, errors as JSON
+    openapi.py     GET /spec: the routes described in OpenAPI 3.0 (what the tests fuzz)
     requests.py    request bodies checked and turned into typed requests, or one-line errors
+    language_id.py which language a text is in (/detect, "source": "auto"), by py3langid
+    pairs.py       the runs served by language pair: which run a request goes to
     batcher.py     the bounded queue and the decoding thread that batches requests together
-    translator.py  decoding and attention with the run's model, and what responses hold
+    translator.py  decoding and attention with a run's model, and what responses hold
     static/        the page at / (HTML, CSS, JS; shipped in the package, no CDN, no build)
 
-Starlette and uvicorn are the optional extra `serve` (`pip install 'attncli[serve]'`).
+Starlette, uvicorn and py3langid are the optional extra `serve` (`pip install
+'attncli[serve]'`).
 """

@@ -2,11 +2,14 @@
 
     GET  /               the page (static/index.html; /static/* its CSS and JS)
     POST /translate      LibreTranslate's shape          GET /languages   LibreTranslate's shape
-    POST /v1/translate   attncli's own, with attention   GET /v1/model    the run, how it is served
-    GET  /health         liveness and the queue
+    POST /v1/translate   attncli's own, with attention   GET /v1/model    the runs, how served
+    POST /detect         LibreTranslate's shape          GET /health      liveness and the queue
+    GET  /spec           the API in OpenAPI 3.0
 
-A handler parses and checks the request (`requests.py`), queues it (`batcher.py`) and waits,
-without blocking the event loop, for its batch to be decoded (`translator.py`). A request the
+A handler parses and checks the request (`requests.py`), picks the run that serves its
+language pair (`pairs.py`; "auto" detects the language, `language_id.py`), queues it
+(`batcher.py`) and waits, without blocking the event loop, for its batch to be decoded
+(`translator.py`). A request the
 server will not serve gets a 4xx (or a 503 with Retry-After when the queue is full or the wait
 too long) and leaves one line in the log, the access log's: never a traceback, and the server
 goes on serving.
@@ -35,15 +38,20 @@ from starlette.staticfiles import StaticFiles
 
 from attncli.data.tokenizer import NO_TEXT
 from attncli.serve.batcher import Batcher, QueueFull
+from attncli.serve.openapi import openapi_spec
+from attncli.serve.pairs import Pairs, Served, language_name
 from attncli.serve.requests import (
     Limits,
     RequestError,
     TranslateRequest,
+    is_auto,
     libretranslate_request,
     native_request,
     parse_body,
+    requested_pair,
+    texts_of,
 )
-from attncli.serve.translator import LANGUAGE_NAMES, Settings, Translation, Translator, Work
+from attncli.serve.translator import Settings, Translation, Work
 
 STATIC = Path(__file__).parent / "static"
 # The page runs its own script and style only, and talks to this server only.
@@ -184,10 +192,10 @@ class _PageFiles(StaticFiles):
 
 
 class Service:
-    """The handlers, around the translator, the batcher and the options they share."""
+    """The handlers, around the runs served, the batcher and the options they share."""
 
-    def __init__(self, translator: Translator, batcher: Batcher, options: ServeOptions):
-        self.translator, self.batcher, self.options = translator, batcher, options
+    def __init__(self, pairs: Pairs, batcher: Batcher, options: ServeOptions):
+        self.pairs, self.batcher, self.options = pairs, batcher, options
         self.limits = options.limits
 
     def check_key(self, request: Request, fields: dict[str, Any]) -> None:
@@ -216,25 +224,32 @@ class Service:
         self.check_key(request, fields)
         return fields
 
-    async def translate(self, req: TranslateRequest, request: Request
+    async def translate(self, k: int, req: TranslateRequest, request: Request
                         ) -> tuple[list[list[int]], list[bool], list[Translation]]:
-        """Queue the request and wait for its batch: sources, which were cut, translations.
+        """Queue the request for run `k` and wait for its batch: sources, which were cut,
+        translations.
 
         A client that goes away while its job is queued takes the job out of the queue (it
         was decoded for nobody, and held queue places live clients were refused for)."""
-        if req.attention and not self.translator.attention:
+        run = self.pairs.runs[k]
+        if req.attention and not run.attention:
             raise RequestError(400, "attention: this server runs CTranslate2, which returns no "
                                     "attention weights (serve with --engine torch for them)")
-        src_ids, cut = self.translator.encode(req.texts)
+        src_ids, cut = run.encode(req.texts)
         for i, ids in enumerate(src_ids):
             if len(ids) == 1:  # its EOS alone (`_texts` finds most of them from the text)
                 raise RequestError(400, f"{req.text_label(i)}: {NO_TEXT}")
         try:
-            future = self.batcher.submit(Settings(req.beam, req.n_best),
+            future = self.batcher.submit((k, Settings(req.beam, req.n_best)),
                                          Work(src_ids, req.attention), len(src_ids),
                                          max(map(len, src_ids)))
         except QueueFull as err:
             raise RequestError(503, f"busy: {err}; try again shortly", retry_after=1) from None
+        return (src_ids, cut, await self.answer(future, request))
+
+    async def answer(self, future, request: Request) -> list[Translation]:
+        """The queued job's translations, once decoded; a 499 if the client went away first,
+        a 503 past --timeout (the job then leaves the queue)."""
         timeout = self.options.timeout
         waiter = asyncio.wrap_future(future)
         gone = asyncio.ensure_future(_disconnected(request))
@@ -242,7 +257,7 @@ class Service:
                                      return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
         if waiter in done:
-            return src_ids, cut, waiter.result()
+            return waiter.result()
         future.cancel()  # a queued job leaves the queue at once (a running one is not stopped)
         waiter.cancel()  # so its late result is dropped, not left unread
         if gone in done:
@@ -250,42 +265,94 @@ class Service:
         raise RequestError(503, f"not translated within {timeout:g} s; try again later",
                            retry_after=max(1, round(timeout)))
 
+    async def detected(self, texts: list[str]) -> dict[str, Any]:
+        """LibreTranslate's detectedLanguage for `texts` (read as one): the language the
+        identifier finds likeliest among all it knows, and its confidence in percent."""
+        from attncli.serve.language_id import detect_languages
+
+        found = await asyncio.to_thread(detect_languages, "\n".join(texts), 1)
+        if not found:
+            raise RequestError(400, "source auto: no language could be told from the text; "
+                                    "give source")
+        language, confidence = found[0]
+        return {"confidence": confidence, "language": language}
+
+    async def route_auto(self, fields: dict[str, Any], target: str | None
+                         ) -> tuple[int, dict[str, Any]]:
+        """`"source": "auto"`: the run for the detected language and `target`, and what was
+        detected; a 400 naming the language when no run here translates it to `target`."""
+        detected = await self.detected(texts_of(fields, "q", self.limits))
+        language = detected["language"]
+        sources = {run.languages[0] for run in self.pairs.runs
+                   if target is None or run.languages[1] == target}
+        if language not in sources:
+            raise RequestError(400, f"source auto: the text looks {language_name(language)} "
+                                    f"({language}), which this server does not translate"
+                                    f"{f' to {target}' if target else ''} (it translates "
+                                    f"{self.pairs.described()})")
+        return self.pairs.route(language, target), detected
+
     @_answers_in_json
     async def libretranslate(self, request: Request) -> Response:
         """POST /translate: LibreTranslate's request and answer."""
-        req = libretranslate_request(await self.fields_of(request), self.translator.languages,
-                                     self.translator.beam, self.limits)
-        _, _, found = await self.translate(req, request)
-        texts = [[self.translator.text(h) for h in t.hypotheses] for t in found]
+        fields = await self.fields_of(request)
+        source, target = requested_pair(fields)
+        detected = None
+        if is_auto(source):
+            k, detected = await self.route_auto(fields, target)
+        else:
+            k = self.pairs.route(source, target)
+        run = self.pairs.runs[k]
+        req = libretranslate_request(fields, run.languages, run.beam, self.limits)
+        _, _, found = await self.translate(k, req, request)
+        texts = [[run.text(h) for h in t.hypotheses] for t in found]
         body: dict[str, Any] = {"translatedText": [t[0] for t in texts]}
         if req.n_best > 1:
             body["alternatives"] = [t[1:] for t in texts]
-        if req.auto_source:
-            detected = {"confidence": 100.0, "language": self.translator.languages[0]}
+        if detected is not None:
             body["detectedLanguage"] = [detected] * len(texts)
         return JSONResponse({k: v[0] for k, v in body.items()} if req.single else body)
 
     @_answers_in_json
+    async def detect(self, request: Request) -> Response:
+        """POST /detect: LibreTranslate's; the likeliest languages of `q`, with confidences."""
+        from attncli.serve.language_id import detect_languages
+
+        text = "\n".join(texts_of(await self.fields_of(request), "q", self.limits))
+        found = await asyncio.to_thread(detect_languages, text, 3)
+        return JSONResponse([{"confidence": confidence, "language": language}
+                             for language, confidence in found])
+
+    @_answers_in_json
     async def native(self, request: Request) -> Response:
         """POST /v1/translate: n-best with scores, pieces, attention."""
-        req = native_request(await self.fields_of(request), self.translator.beam, self.limits)
-        src_ids, cut, found = await self.translate(req, request)
-        sentences = [self.translator.sentence(*parts)
+        fields = await self.fields_of(request)
+        k = self.pairs.route(*requested_pair(fields))
+        run = self.pairs.runs[k]
+        req = native_request(fields, run.beam, self.limits, run.languages)
+        src_ids, cut, found = await self.translate(k, req, request)
+        sentences = [run.sentence(*parts)
                      for parts in zip(req.texts, src_ids, cut, found, strict=True)]
         return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": sentences})
 
     async def languages(self, request: Request) -> Response:
-        src, tgt = self.translator.languages
-        return JSONResponse([{"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": [tgt]},
-                             {"code": tgt, "name": LANGUAGE_NAMES.get(tgt, tgt), "targets": []}])
+        return JSONResponse(self.pairs.languages())
 
     async def model(self, request: Request) -> Response:
+        """GET /v1/model: the run (with several, each under "runs") and how it is served."""
         limits = self.limits
-        return JSONResponse({
-            **self.translator.description, "api_key_required": bool(self.options.api_key),
-            "limits": {"max_texts": limits.max_texts, "max_chars": limits.max_chars,
-                       "max_beam": limits.max_beam, "max_queue": self.batcher.max_queue,
-                       "timeout_s": self.options.timeout}})
+        served = {"api_key_required": bool(self.options.api_key),
+                  "limits": {"max_texts": limits.max_texts, "max_chars": limits.max_chars,
+                             "max_beam": limits.max_beam, "max_queue": self.batcher.max_queue,
+                             "timeout_s": self.options.timeout}}
+        if self.pairs.single:
+            return JSONResponse({**self.pairs.runs[0].description, **served})
+        return JSONResponse({"runs": [run.description for run in self.pairs.runs], **served})
+
+    async def spec(self, request: Request) -> Response:
+        """GET /spec: the API in OpenAPI 3.0 (`openapi.py`)."""
+        codes = [language["code"] for language in self.pairs.languages()]
+        return JSONResponse(openapi_spec(self.limits, codes))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", **self.batcher.stats()})
@@ -300,10 +367,11 @@ async def _not_found(request: Request, exc: HTTPException) -> Response:
                         exc.status_code, headers=exc.headers)
 
 
-def build_app(translator: Translator, batcher: Batcher, options: ServeOptions) -> Starlette:
-    """The app serving `translator` through `batcher`, whose loop runs elsewhere (`Batcher.run`
-    or `Batcher.start`); the app stops it when it shuts down."""
-    service = Service(translator, batcher, options)
+def build_app(pairs: Pairs | Served, batcher: Batcher, options: ServeOptions) -> Starlette:
+    """The app serving the runs of `pairs` (or one run) through `batcher`, whose loop runs
+    elsewhere (`Batcher.run` or `Batcher.start`) and whose `run_batch` is `pairs.run_batch`;
+    the app stops it when it shuts down."""
+    service = Service(pairs if isinstance(pairs, Pairs) else Pairs([pairs]), batcher, options)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -316,6 +384,8 @@ def build_app(translator: Translator, batcher: Batcher, options: ServeOptions) -
               Route("/languages", service.languages), Route("/v1/model", service.model),
               Route("/translate", service.libretranslate, methods=["POST"]),
               Route("/v1/translate", service.native, methods=["POST"]),
+              Route("/detect", service.detect, methods=["POST"]),
+              Route("/spec", service.spec),
               Mount("/static", _PageFiles(directory=STATIC), name="static")]
     origins = [origin.rstrip("/").lower() for origin in options.cors_origins]
     middleware = [Middleware(OriginGuard, allowed=origins, hosts=options.hosts),

@@ -1,4 +1,4 @@
-"""`attncli serve`: load a run once and serve it over HTTP until SIGINT or SIGTERM.
+"""`attncli serve`: load each run once and serve them over HTTP until SIGINT or SIGTERM.
 
 The process binds its socket itself before uvicorn starts, so a port in use is a one-line error
 (exit 2), ``--port 0`` picks a free port, and the line that names the address is printed only
@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.core.errors import AttncliError
@@ -123,33 +124,78 @@ def _check(max_texts: int, max_queue: int, timeout: float, batch_wait_ms: float)
                            f"{timeout:g} s: a request could time out waiting for others")
 
 
-def serve_command(run: Path | None, checkpoint: str, engine: str, exported: Path | None,
-                  device: str, host: str, port: int, api_key: str | None,
-                  cors_origins: list[str], max_texts: int, max_chars: int, max_beam: int,
-                  max_queue: int, timeout: float, batch_size: int | None, batch_tokens: int,
-                  batch_wait_ms: float) -> None:
+@dataclass(frozen=True)
+class ServeCommandOptions:
+    """`attncli serve`'s options as cli.py parsed them (their meaning: its --help)."""
+
+    runs: list[Path] = field(default_factory=list)  # none: the latest run under ./runs
+    checkpoint: str = "auto"
+    engine: str = "torch"
+    exported: Path | None = None
+    device: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    cors_origins: list[str] = field(default_factory=list)
+    max_texts: int = 64
+    max_chars: int = 2000
+    max_beam: int = 16
+    max_queue: int = 256
+    timeout: float = 30.0
+    batch_size: int | None = None
+    batch_tokens: int = 8192
+    batch_wait_ms: float = 10.0
+
+
+def _load_runs(options: ServeCommandOptions):
+    """Each run loaded once, to serve (`serve.translator.ServedRun`), and their pairs; two runs
+    with the same pair are refused before any socket opens."""
+    from attncli.runs.layout import find_latest_run
+    from attncli.runs.translator import Translator
+    from attncli.serve.pairs import Pairs
+    from attncli.serve.translator import ServedRun
+
+    run_dirs = options.runs or [find_latest_run(Path("runs")).root]
+    return Pairs([ServedRun(Translator(run_dir, options.checkpoint, options.device,
+                                       options.engine, exported=options.exported))
+                  for run_dir in run_dirs])
+
+
+def _say_serving(pairs, url: str) -> None:
+    """The line(s) that say what is served, printed once connections are taken."""
+    def what(run) -> str:
+        model = run.description
+        return (f"{run.trained.paths.root} ({model['checkpoint']}, "
+                f"{model['languages']['source']}->{model['languages']['target']}, "
+                f"{model['engine']} on {model['device']})")
+
+    if pairs.single:
+        print(f"serving {what(pairs.runs[0])} at {url}  (Ctrl-C stops)", file=sys.stderr,
+              flush=True)
+        return
+    for run in pairs.runs:
+        print(f"  {what(run)}", file=sys.stderr)
+    print(f"serving {len(pairs.runs)} runs at {url}  (Ctrl-C stops)", file=sys.stderr,
+          flush=True)
+
+
+def serve_command(options: ServeCommandOptions) -> None:
     """`attncli serve`: see the module doc and `attncli serve --help`."""
     _check_installed()
-    _check(max_texts, max_queue, timeout, batch_wait_ms)
+    _check(options.max_texts, options.max_queue, options.timeout, options.batch_wait_ms)
     # Imported here, after the checks above: Starlette (an optional dependency) is known to be
     # installed, and a bad option is said before torch loads (torch-free start-up).
-    from attncli.runs.layout import find_latest_run
-    from attncli.runs.trained import load_for_decoding
     from attncli.serve.app import ServeOptions, build_app
     from attncli.serve.batcher import Batcher
     from attncli.serve.requests import Limits
-    from attncli.serve.translator import Translator
 
-    run_dir = run if run is not None else find_latest_run(Path("runs")).root
-    translator = Translator(load_for_decoding(run_dir, device, checkpoint, engine, exported))
-    batcher = Batcher(translator.run_batch, max_queue,
-                      batch_size or translator.config.decode.batch_size, batch_tokens,
-                      batch_wait_ms / 1000)
-    options = ServeOptions(Limits(max_texts, max_chars, max_beam), api_key or None,
-                           list(cors_origins), timeout, _loopback_names(host))
-    sock = _listen(host, port)
-    model = translator.description
-    print(f"serving {run_dir} ({model['checkpoint']}, {model['languages']['source']}->"
-          f"{model['languages']['target']}, {model['engine']} on {model['device']}) at "
-          f"{_url(sock)}  (Ctrl-C stops)", file=sys.stderr, flush=True)
-    _serve(build_app(translator, batcher, options), sock, batcher, timeout)
+    pairs = _load_runs(options)
+    batch_size = options.batch_size or min(run.config.decode.batch_size for run in pairs.runs)
+    batcher = Batcher(pairs.run_batch, options.max_queue, batch_size, options.batch_tokens,
+                      wait_s=options.batch_wait_ms / 1000)
+    limits = Limits(options.max_texts, options.max_chars, options.max_beam)
+    served = ServeOptions(limits, options.api_key or None, list(options.cors_origins),
+                          options.timeout, hosts=_loopback_names(options.host))
+    sock = _listen(options.host, options.port)
+    _say_serving(pairs, _url(sock))
+    _serve(build_app(pairs, batcher, served), sock, batcher, options.timeout)

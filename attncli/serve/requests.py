@@ -3,7 +3,8 @@
 Two shapes come in. LibreTranslate's (``POST /translate``), so that its existing clients work:
 ``{"q": str | [str], "source": "en", "target": "de", "format": "text", "alternatives": N,
 "api_key": ...}``, as JSON or as a form (libretranslatepy posts forms). And attncli's own
-(``POST /v1/translate``): ``{"text": [str], "beam": int, "n_best": int, "attention": bool}``,
+(``POST /v1/translate``): ``{"text": [str], "beam": int, "n_best": int, "attention": bool,
+"source": "en", "target": "de"}`` (the pair is needed only when the server serves several runs),
 where a misspelt field is an error that names the right one, since a silently ignored
 ``nbest`` would look like a wrong answer.
 
@@ -123,6 +124,23 @@ def _type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def requested_pair(fields: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The request's `source` and `target` fields (None where left out), which choose the run
+    when a server serves several."""
+    source, target = (_optional_string(fields, key) for key in ("source", "target"))
+    return source, target
+
+
+def is_auto(source: str | None) -> bool:
+    """LibreTranslate's `"source": "auto"`: detect the language of the text."""
+    return source is not None and source.strip().lower() == "auto"
+
+
+def texts_of(fields: dict[str, Any], field: str, limits: Limits) -> list[str]:
+    """The texts of `field`, checked as a translation request's are (for /detect too)."""
+    return _texts(fields.get(field), field, limits)
+
+
 def _texts(value: Any, field: str, limits: Limits) -> list[str]:
     """The texts of `field` (a string or a list of strings), checked against the limits."""
     if value is None:
@@ -151,7 +169,7 @@ def _texts(value: Any, field: str, limits: Limits) -> list[str]:
     return texts
 
 
-def _integer(fields: dict[str, Any], name: str, default: int, low: int, high: int,
+def _integer(fields: dict[str, Any], name: str, default: int, *, low: int, high: int,
              strings: bool = False) -> int:
     """``fields[name]`` as an integer in [low, high]; a numeral string too where `strings`."""
     value = fields.get(name, default)
@@ -182,11 +200,11 @@ def libretranslate_request(fields: dict[str, Any], languages: tuple[str, str], b
     """LibreTranslate's ``/translate`` fields; `languages` is the model's (source, target)
     pair and `beam` the run's beam, widened when more alternatives are asked than it has."""
     texts = _texts(fields.get("q"), "q", limits)
-    source, target = (_optional_string(fields, key) for key in ("source", "target"))
+    source, target = requested_pair(fields)
     if source is None or target is None:
         raise RequestError(400, f"{'source' if source is None else 'target'}: missing (this "
                                 f"model translates {languages[0]} to {languages[1]})")
-    auto = source.strip().lower() == "auto"
+    auto = is_auto(source)
     if (not auto and base_language(source) != base_language(languages[0])) \
             or base_language(target) != base_language(languages[1]):
         raise RequestError(400, f"{source}->{target}: this model translates "
@@ -195,17 +213,28 @@ def libretranslate_request(fields: dict[str, Any], languages: tuple[str, str], b
     if fmt != "text":
         raise RequestError(400, f"format: {fmt!r} is not supported (only 'text'"
                                 f"{'; html is not yet' if fmt == 'html' else ''})")
-    alternatives = _integer(fields, "alternatives", 0, 0, limits.max_beam - 1, strings=True)
+    alternatives = _integer(fields, "alternatives", 0, low=0, high=limits.max_beam - 1,
+                            strings=True)
     return TranslateRequest(texts, max(beam, alternatives + 1), alternatives + 1,
                             single=isinstance(fields["q"], str), auto_source=auto,
                             api_key=_optional_string(fields, "api_key"))
 
 
-NATIVE_FIELDS = ("text", "beam", "n_best", "attention", "api_key")
+def _check_pair(source: str | None, target: str | None, languages: tuple[str, str]) -> None:
+    """A pair asked of a run must be the run's own (None: left out)."""
+    if (source is not None and base_language(source) != base_language(languages[0])) \
+            or (target is not None and base_language(target) != base_language(languages[1])):
+        raise RequestError(400, f"{source or languages[0]}->{target or languages[1]}: this "
+                                f"model translates {languages[0]}->{languages[1]} only")
 
 
-def native_request(fields: dict[str, Any], beam: int, limits: Limits) -> TranslateRequest:
-    """attncli's ``/v1/translate`` fields; `beam` is the run's, the default."""
+NATIVE_FIELDS = ("text", "beam", "n_best", "attention", "source", "target", "api_key")
+
+
+def native_request(fields: dict[str, Any], beam: int, limits: Limits,
+                   languages: tuple[str, str]) -> TranslateRequest:
+    """attncli's ``/v1/translate`` fields; `beam` is the run's, the default; `source` and
+    `target`, when given, must be the run's `languages`."""
     for name in fields:
         if name not in NATIVE_FIELDS:
             close = difflib.get_close_matches(name, NATIVE_FIELDS, n=1)
@@ -213,8 +242,9 @@ def native_request(fields: dict[str, Any], beam: int, limits: Limits) -> Transla
             raise RequestError(400, f"{name}: unknown field{hint}; the fields are "
                                     f"{', '.join(NATIVE_FIELDS)}")
     texts = _texts(fields.get("text"), "text", limits)
-    beam = _integer(fields, "beam", beam, 1, max(limits.max_beam, beam))
-    n_best = _integer(fields, "n_best", 1, 1, beam)
+    _check_pair(*requested_pair(fields), languages)
+    beam = _integer(fields, "beam", beam, low=1, high=max(limits.max_beam, beam))
+    n_best = _integer(fields, "n_best", 1, low=1, high=beam)
     attention = fields.get("attention", False)
     if not isinstance(attention, bool):
         raise RequestError(400, f"attention: must be true or false, not {_type(attention)}")

@@ -1,10 +1,9 @@
-"""The run's model as the server uses it: tokenize, decode batches, take attention, describe.
+"""A run as the server uses it: tokenize, decode batches, take attention, describe.
 
-Decoding is what `attncli translate` does (`decoding.texts.encode_sources`,
-`runs.trained.decode_ids`), with either engine, so a sentence gets the same translation from the
-server as from the command line with the same settings. Attention is taken after decoding, for
-the best hypothesis, from one teacher-forced pass (`model.attention_maps`): asking for it cannot
-change the translation.
+Built on the Python API's `runs.translator.Translator` (its `encode` and `search`), with either
+engine, so a sentence gets the same translation from the server as from `attncli translate`
+with the same settings. Attention is taken after decoding, for the best hypothesis, from one
+teacher-forced pass (`model.attention_maps`): asking for it cannot change the translation.
 
 Every torch operation happens in `run_batch` (the decoding thread) or at start-up, in the same
 thread: the event loop's thread only tokenizes and writes JSON (see command.py for why).
@@ -20,11 +19,11 @@ from typing import Any
 import torch
 
 from attncli.decoding.search import Hypothesis
-from attncli.decoding.texts import encode_sources
 from attncli.model.attention_maps import attention_maps
 from attncli.model.build import build_model
 from attncli.runs.metrics import MetricsLog
-from attncli.runs.trained import TrainedModel, decode_ids, decode_precision
+from attncli.runs.trained import TrainedModel, decode_precision
+from attncli.runs.translator import Translator
 
 # Decimal places of attention weights in responses: 0.1 % steps, a third of the bytes of full
 # floats, and more than the page's colours or the terminal's percentages show.
@@ -61,18 +60,19 @@ class Translation:
     attention: dict[str, list] | None = None
 
 
-# deliver(k, translations): work k of a batch is answered (see Translator.run_batch).
+# deliver(k, translations): work k of a batch is answered (see ServedRun.run_batch).
 Deliver = Callable[[int, list[Translation]], None]
 
 
-class Translator:
-    """A loaded run, for the server: everything that touches the model or the tokenizer."""
+class ServedRun:
+    """One run loaded for the server: everything that touches its model or its tokenizer."""
 
-    def __init__(self, trained: TrainedModel):
-        self.trained, self.tokenizer, self.config = trained, trained.tokenizer, trained.config
+    def __init__(self, translator: Translator):
+        self.translator, self.trained = translator, translator.trained
+        self.tokenizer, self.config = translator.tokenizer, translator.config
         self.languages = (self.config.data.src, self.config.data.tgt)
-        self.beam = self.config.decode.beam
-        self.attention = trained.engine is None  # CTranslate2 hands out no weights
+        self.beam = translator.beam
+        self.attention = self.trained.engine is None  # CTranslate2 hands out no weights
         self.description = self._describe()
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
@@ -82,8 +82,7 @@ class Translator:
         def mark(i: int, _length: int, _kept: int) -> None:
             cut[i] = True
 
-        ids = encode_sources(self.tokenizer, texts, self.config.model.max_positions, mark)
-        return ids, cut
+        return self.translator.encode(texts, mark), cut
 
     def run_batch(self, settings: Settings, works: list[Work],
                   deliver: Deliver | None = None) -> list[list[Translation]]:
@@ -110,7 +109,8 @@ class Translator:
                 if deliver is not None:
                     deliver(k, results[k])
 
-        decode_ids(self.trained, flat, settings.beam, settings.n_best, done=sentence_done)
+        self.translator.search(flat, beam=settings.beam, nbest=settings.n_best,
+                               done=sentence_done)
         return [answer if answer is not None else self._answer(work, [found[j] for j in span])
                 for work, answer, span in zip(works, results, spans, strict=True)]
 
@@ -126,7 +126,7 @@ class Translator:
         return mine
 
     def text(self, hypothesis: Hypothesis) -> str:
-        return self.tokenizer.decode_tgt(hypothesis.tokens)
+        return self.translator.detokenize(hypothesis)
 
     def sentence(self, text: str, src_ids: list[int], cut: bool,
                  translation: Translation) -> dict[str, Any]:

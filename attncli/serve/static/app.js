@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORE = "attncli-api-key";
-const state = { model: null, result: null, kind: "cross", sentence: 0 };
+const state = { model: null, runs: [], result: null, kind: "cross", sentence: 0 };
 
 // viridis, as the PNG heatmaps of `attncli translate --attention-png` use
 const STOPS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -37,10 +37,11 @@ function headers() {
   return result;
 }
 
-async function loadModel() {
-  const response = await fetch("/v1/model");
-  const model = await response.json();
-  state.model = model;
+// One run: /v1/model describes it. Several: each is under "runs", and the pair chooser picks
+// the one requests go to (its source and target are sent with each request).
+function showRun(run, served) {
+  state.model = { ...run, limits: served.limits, api_key_required: served.api_key_required };
+  const model = state.model;
   const bleu = model.validation_bleu === null ? "" : `, val BLEU ${model.validation_bleu.toFixed(1)}`;
   $("model").textContent = `${model.run} · ${model.checkpoint}${bleu} · ` +
     `${(model.parameters / 1e6).toFixed(1)}M parameters · ${model.engine} on ${model.device}`;
@@ -48,7 +49,22 @@ async function loadModel() {
   $("target-lang").textContent = model.languages.target;
   $("beam").value = model.beam;
   $("beam").max = Math.max(model.limits.max_beam, model.beam);
-  if (model.api_key_required) $("key-row").hidden = false;
+}
+
+async function loadModel() {
+  const response = await fetch("/v1/model");
+  const served = await response.json();
+  state.runs = served.runs || [served];
+  const pair = $("pair");
+  pair.replaceChildren(...state.runs.map((run, i) => {
+    const option = el("option", `${run.languages.source} → ${run.languages.target}`);
+    option.value = String(i);
+    return option;
+  }));
+  $("pair-row").hidden = state.runs.length < 2;
+  pair.onchange = () => showRun(state.runs[Number(pair.value)], served);
+  showRun(state.runs[0], served);
+  if (served.api_key_required) $("key-row").hidden = false;
   $("key").value = sessionStorage.getItem(KEY_STORE) || "";
 }
 
@@ -57,7 +73,8 @@ async function translate() {
   if (!texts.length) { setStatus("Type a sentence first.", true); return; }
   const nbest = Math.max(1, Number($("nbest").value) || 1);
   const beam = Math.max(nbest, Number($("beam").value) || state.model.beam);
-  const body = { text: texts, beam, n_best: nbest, attention: state.model.attention };
+  const body = { text: texts, beam, n_best: nbest, attention: state.model.attention,
+    source: state.model.languages.source, target: state.model.languages.target };
   $("translate").disabled = true;
   setStatus("Translating…");
   const started = performance.now();
