@@ -105,3 +105,16 @@ def assert_one_line_error(result: Result, expected: str) -> None:
     assert expected in result.stderr, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def train_tokenizer(cfg, src_texts: Sequence[str], tgt_texts: Sequence[str], folder: Path,
+                    languages: tuple[str, str]):
+    """A tokenizer trained on texts in memory (or `tokenizer.model_file` copied) into `folder`,
+    as training does from its cached sample; for tests of small corpora."""
+    from attncli.data.tokenizer import TokenizerModels, load_tokenizer, train_models
+
+    texts = {"src": src_texts, "tgt": tgt_texts}
+    models = (TokenizerModels.from_model_file(cfg) if cfg.model_file
+              else train_models(cfg, texts.__getitem__, languages))
+    models.install(folder)
+    return load_tokenizer(folder, cfg.joint)

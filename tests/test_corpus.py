@@ -21,7 +21,7 @@ from attncli.core.errors import AttncliError
 from attncli.core.files import TEMP_PREFIX
 from attncli.data import cache as data_cache
 from attncli.data.batching import batch_loader, token_batches
-from attncli.data.corpus import prepare_training_data, sampled_texts
+from attncli.data.corpus import prepare_training_data, side_texts, tokenizer_sample
 from attncli.data.sources import open_split, split_source
 
 
@@ -156,12 +156,13 @@ def test_several_tokenizing_processes_write_the_same_table(toy, tmp_path, monkey
 
 def test_the_tokenizer_sample_is_bounded_and_seeded(toy):
     ds = open_split(split_source(DataConfig(dataset=str(toy)), "train"))
-    sample = sampled_texts(ds, 40)
+    sample = side_texts(tokenizer_sample(ds, 40))
     src = list(sample("src"))
-    assert len(src) == 40 and src == list(sampled_texts(ds, 40)("src"))
+    assert len(src) == 40 and src == list(side_texts(tokenizer_sample(ds, 40))("src"))
     english = {p["en"] for p in toy_pairs(300, 0)}
     assert set(src) <= english and len(set(src)) > 20
-    assert list(sampled_texts(ds, 1000)("tgt")) == [p["de"] for p in toy_pairs(300, 0)]
+    whole = side_texts(tokenizer_sample(ds, 1000))
+    assert list(whole("tgt")) == [p["de"] for p in toy_pairs(300, 0)]
 
 
 def _utf8(text: str) -> int:
@@ -175,7 +176,7 @@ def test_the_tokenizer_sample_is_bounded_in_bytes(toy):
     bound = total // 5
 
     def handed(size: int, max_bytes: int | None) -> list[str]:
-        texts = sampled_texts(ds, size, max_bytes)
+        texts = side_texts(tokenizer_sample(ds, size, max_bytes))
         return list(texts("src")) + list(texts("tgt"))
 
     sample = handed(1000, bound)
@@ -219,7 +220,7 @@ def test_the_sample_draws_no_empty_pair_and_no_pair_larger_than_the_bound(tmp_pa
     rows = real + [{"src": "", "tgt": ""}] * 200
     ds = datasets.Dataset.from_list(rows)
     for seed in range(5):
-        texts = list(sampled_texts(ds, 2, None, seed)("src"))
+        texts = list(side_texts(tokenizer_sample(ds, 2, None, seed))("src"))
         assert len(texts) == 2
     sizes = np.array([10] * 50 + [1000] + [10] * 50)
     picked = sample_rows(sizes, 1000, 500)

@@ -199,8 +199,9 @@ def test_a_missing_split_file_is_named_at_once_not_looked_up_on_the_hub(data_dir
 
 
 def test_subword_sampling_with_a_bpe_model_file_is_refused_before_the_run(data_dir, tmp_path):
+    from helpers import train_tokenizer
+
     from attncli.core.config import TokenizerConfig
-    from attncli.data.tokenizer import train_tokenizer
 
     texts = [p["en"] for p in toy_pairs(200, 3)], [p["de"] for p in toy_pairs(200, 3)]
     train_tokenizer(TokenizerConfig(type="bpe", vocab_size=100), *texts,

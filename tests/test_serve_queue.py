@@ -20,6 +20,7 @@ pytest.importorskip("starlette")
 from attncli.decoding.search import Hypothesis  # noqa: E402
 from attncli.serve.app import ServeOptions, build_app  # noqa: E402
 from attncli.serve.batcher import Batcher, QueueFull  # noqa: E402
+from attncli.serve.pairs import Pairs  # noqa: E402
 from attncli.serve.requests import Limits  # noqa: E402
 from attncli.serve.translator import Translation  # noqa: E402
 
@@ -164,7 +165,7 @@ def _app(gate: Gate, timeout: float = 30, max_queue: int = 2):
     batcher = Batcher(run_batch, max_queue, batch_sentences=1, batch_tokens=1000, wait_s=0)
     batcher.start()
     options = ServeOptions(Limits(max_texts=2), timeout=timeout)
-    return build_app(FakeTranslator(), batcher, options), batcher
+    return build_app(Pairs([FakeTranslator()]), batcher, options), batcher
 
 
 LT = {"q": "hi", "source": "en", "target": "de"}
@@ -265,7 +266,7 @@ def test_a_key_beyond_ascii_works_as_a_bearer_token_too():
     """The header arrives as latin-1 text: 'clé' sent as UTF-8 bytes was compared as 'clÃ©'."""
     batcher = Batcher(_app_run_batch, 10, batch_sentences=1, batch_tokens=1000, wait_s=0)
     batcher.start()
-    app = build_app(FakeTranslator(), batcher, ServeOptions(Limits(), api_key="clé"))
+    app = build_app(Pairs([FakeTranslator()]), batcher, ServeOptions(Limits(), api_key="clé"))
     body = {"q": "hi", "source": "en", "target": "de"}
     bearer = [(b"authorization", "Bearer clé".encode())]
     status, _, answer = asyncio.run(_call(app, "POST", "/translate", body, headers=bearer))

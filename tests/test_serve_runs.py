@@ -133,3 +133,24 @@ def test_the_page_offers_every_pair_and_translates_with_the_chosen_one(server, d
         assert shown == _cli(de_en_run, "Ein Mann")
     finally:
         browser.quit()
+
+
+def test_auto_on_a_short_text_takes_the_likeliest_served_language(server, served_run):
+    """"Hello" leaves py3langid unsure (Breton first, at a few percent): the likeliest
+    language a run here translates to the target is taken, not a refusal."""
+    answer = server.request("/translate", {"q": "Hello", "source": "auto", "target": "de"})
+    assert answer.status == 200, answer.body
+    assert answer.json["detectedLanguage"]["language"] == "en"
+    assert answer.json["translatedText"] == _cli(served_run, "Hello")
+
+
+def test_errors_quoting_a_field_stay_one_line(server):
+    reply = server.request("/translate", {"q": "hi", "source": "en\nfr", "target": "de"})
+    assert reply.status == 400 and "\n" not in reply.json["error"]
+
+
+def test_exported_with_several_runs_is_refused_before_loading(served_run, en_zh_run, tmp_path):
+    out = run_cli("serve", str(served_run), str(en_zh_run), "--engine", "ctranslate2",
+                  "--exported", str(tmp_path), "--port", "0")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "--exported" in out.stderr

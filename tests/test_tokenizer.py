@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers import train_tokenizer
 
 from attncli.core.config import TokenizerConfig
-from attncli.data.tokenizer import normalization_rule, train_tokenizer
+from attncli.data.tokenizer import normalization_rule
 
 ZH = ["你好，你好嗎？", "我很好！謝謝。", "你叫什麼名字？", "我們走吧！",
       "他在看書，她在寫字。"] * 20

@@ -112,12 +112,6 @@ def side_texts(ds) -> Callable[[str], Iterator[str]]:
     return texts
 
 
-def sampled_texts(ds, size: int, max_bytes: int | None = None,
-                  seed: int = SAMPLE_SEED) -> Callable[[str], Iterator[str]]:
-    """The texts of `tokenizer_sample(ds, size, max_bytes, seed)`, one side per call."""
-    return side_texts(tokenizer_sample(ds, size, max_bytes, seed))
-
-
 def _tokenizer_key(config: Config, sources: list[SplitSource], limits: list[int | None]) -> str:
     """What the tokenizer depends on: the corpora's data and row limits (one corpus: as before
     mixes existed, so its cached tokenizer stays valid), never their weights or filters, so

@@ -258,17 +258,6 @@ def train_models(cfg: TokenizerConfig, texts: Callable[[str], Iterable[str]],
                            _train_one(texts("tgt"), cfg, languages[1:]))
 
 
-def train_tokenizer(cfg: TokenizerConfig, src_texts: Sequence[str], tgt_texts: Sequence[str],
-                    folder: Path, languages: tuple[str, str]) -> Tokenizer:
-    """Train on texts in memory (or copy `tokenizer.model_file`) into the run folder; for
-    small corpora and tests. Training runs take theirs from the cache (corpus.py)."""
-    texts = {"src": src_texts, "tgt": tgt_texts}
-    models = (TokenizerModels.from_model_file(cfg) if cfg.model_file
-              else train_models(cfg, texts.__getitem__, languages))
-    models.install(folder)
-    return load_tokenizer(folder, cfg.joint)
-
-
 def _from_proto(data: bytes, what: str) -> spm.SentencePieceProcessor:
     proc = spm.SentencePieceProcessor()
     try:

@@ -36,14 +36,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from attncli.core.text import base_language
 from attncli.data.tokenizer import NO_TEXT
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.openapi import openapi_spec
-from attncli.serve.pairs import Pairs, Served, language_name
+from attncli.serve.pairs import Pairs, language_name
 from attncli.serve.requests import (
     Limits,
     RequestError,
     TranslateRequest,
+    check_native_fields,
     is_auto,
     libretranslate_request,
     native_request,
@@ -63,6 +65,9 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 log = logging.getLogger("uvicorn.error")
+# "source": "auto": a first language this sure (percent) decides alone (see Service.route_auto)
+SURE = 50.0
+ALL_LANGUAGES = 1000  # more than the identifier knows: every language, ranked
 
 
 @dataclass
@@ -265,32 +270,46 @@ class Service:
         raise RequestError(503, f"not translated within {timeout:g} s; try again later",
                            retry_after=max(1, round(timeout)))
 
-    async def detected(self, texts: list[str]) -> dict[str, Any]:
-        """LibreTranslate's detectedLanguage for `texts` (read as one): the language the
-        identifier finds likeliest among all it knows, and its confidence in percent."""
+    async def ranked_languages(self, text: str) -> list[tuple[str, float]]:
+        """Every language the identifier knows, likeliest first, with confidences in percent;
+        a 501 with the install hint where py3langid is missing (the server still translates)."""
+        from attncli.core.errors import AttncliError
         from attncli.serve.language_id import detect_languages
 
-        found = await asyncio.to_thread(detect_languages, "\n".join(texts), 1)
-        if not found:
-            raise RequestError(400, "source auto: no language could be told from the text; "
-                                    "give source")
-        language, confidence = found[0]
-        return {"confidence": confidence, "language": language}
+        try:
+            return await asyncio.to_thread(detect_languages, text, ALL_LANGUAGES)
+        except AttncliError as err:
+            raise RequestError(501, str(err)) from None
 
     async def route_auto(self, fields: dict[str, Any], target: str | None
                          ) -> tuple[int, dict[str, Any]]:
         """`"source": "auto"`: the run for the detected language and `target`, and what was
-        detected; a 400 naming the language when no run here translates it to `target`."""
-        detected = await self.detected(texts_of(fields, "q", self.limits))
-        language = detected["language"]
-        sources = {run.languages[0] for run in self.pairs.runs
-                   if target is None or run.languages[1] == target}
-        if language not in sources:
+        detected (LibreTranslate's detectedLanguage; the texts of a list read as one).
+
+        The identifier ranks every language it knows. A sure first one (SURE percent or more)
+        decides: a language no run here translates to `target` is a 400 that names it. Short
+        texts often leave no language sure ("Hello": br 5.6 %, fi 4.7 %, ...): then the
+        likeliest language that a run here translates to `target` is taken."""
+        ranked = await self.ranked_languages("\n".join(texts_of(fields, "q", self.limits)))
+        served = {base_language(run.languages[0]) for run in self.pairs.runs
+                  if target is None or base_language(run.languages[1]) == base_language(target)}
+        if ranked and ranked[0][1] >= SURE:
+            language, confidence = ranked[0]
+        else:
+            language, confidence = next(((code, share) for code, share in ranked
+                                         if code in served), (None, 0.0))
+        if language is None:
+            raise RequestError(400, "source auto: no language could be told from the text; "
+                                    "give source")
+        if language not in served:
             raise RequestError(400, f"source auto: the text looks {language_name(language)} "
                                     f"({language}), which this server does not translate"
-                                    f"{f' to {target}' if target else ''} (it translates "
+                                    f"{f' to {target!r}' if target else ''} (it translates "
                                     f"{self.pairs.described()})")
-        return self.pairs.route(language, target), detected
+        k = next(k for k, run in enumerate(self.pairs.runs)
+                 if base_language(run.languages[0]) == language
+                 and (target is None or base_language(run.languages[1]) == base_language(target)))
+        return k, {"confidence": confidence, "language": language}
 
     @_answers_in_json
     async def libretranslate(self, request: Request) -> Response:
@@ -316,10 +335,8 @@ class Service:
     @_answers_in_json
     async def detect(self, request: Request) -> Response:
         """POST /detect: LibreTranslate's; the likeliest languages of `q`, with confidences."""
-        from attncli.serve.language_id import detect_languages
-
         text = "\n".join(texts_of(await self.fields_of(request), "q", self.limits))
-        found = await asyncio.to_thread(detect_languages, text, 3)
+        found = (await self.ranked_languages(text))[:3]
         return JSONResponse([{"confidence": confidence, "language": language}
                              for language, confidence in found])
 
@@ -327,6 +344,7 @@ class Service:
     async def native(self, request: Request) -> Response:
         """POST /v1/translate: n-best with scores, pieces, attention."""
         fields = await self.fields_of(request)
+        check_native_fields(fields)  # a misspelt "sourc" is named before routing misses it
         k = self.pairs.route(*requested_pair(fields))
         run = self.pairs.runs[k]
         req = native_request(fields, run.beam, self.limits, run.languages)
@@ -367,11 +385,11 @@ async def _not_found(request: Request, exc: HTTPException) -> Response:
                         exc.status_code, headers=exc.headers)
 
 
-def build_app(pairs: Pairs | Served, batcher: Batcher, options: ServeOptions) -> Starlette:
-    """The app serving the runs of `pairs` (or one run) through `batcher`, whose loop runs
-    elsewhere (`Batcher.run` or `Batcher.start`) and whose `run_batch` is `pairs.run_batch`;
-    the app stops it when it shuts down."""
-    service = Service(pairs if isinstance(pairs, Pairs) else Pairs([pairs]), batcher, options)
+def build_app(pairs: Pairs, batcher: Batcher, options: ServeOptions) -> Starlette:
+    """The app serving the runs of `pairs` through `batcher`, whose loop runs elsewhere
+    (`Batcher.run` or `Batcher.start`) and whose `run_batch` is `pairs.run_batch` (its key:
+    run index and settings); the app stops it when it shuts down."""
+    service = Service(pairs, batcher, options)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):

@@ -152,13 +152,26 @@ def _load_runs(options: ServeCommandOptions):
     with the same pair are refused before any socket opens."""
     from attncli.runs.layout import find_latest_run
     from attncli.runs.translator import Translator
-    from attncli.serve.pairs import Pairs
+    from attncli.serve.pairs import Pairs, check_pairs
     from attncli.serve.translator import ServedRun
 
     run_dirs = options.runs or [find_latest_run(Path("runs")).root]
+    if len(run_dirs) > 1 and options.exported is not None:
+        raise AttncliError(f"--exported {options.exported} names one run's export; with "
+                           f"several runs, leave it out (each run's own ctranslate2/ is used)")
+    check_pairs([(str(run_dir), _languages(run_dir)) for run_dir in run_dirs])
     return Pairs([ServedRun(Translator(run_dir, options.checkpoint, options.device,
                                        options.engine, exported=options.exported))
                   for run_dir in run_dirs])
+
+
+def _languages(run_dir: Path) -> tuple[str, str]:
+    """A run's (source, target), from its config alone (no model loaded)."""
+    from attncli.core.config_files import load_config
+    from attncli.runs.layout import open_run
+
+    data = load_config(open_run(run_dir).config).data
+    return data.src, data.tgt
 
 
 def _say_serving(pairs, url: str) -> None:

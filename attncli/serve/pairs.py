@@ -42,16 +42,7 @@ class Pairs:
 
     def __init__(self, runs: Sequence[Served]):
         self.runs = list(runs)
-        seen: dict[tuple[str, str], int] = {}
-        for k, run in enumerate(self.runs):
-            pair = tuple(base_language(code) for code in run.languages)
-            if pair in seen:
-                first = self.runs[seen[pair]]
-                raise AttncliError(
-                    f"{_name(first)} and {_name(run)} both translate {pair[0]}->{pair[1]}: "
-                    f"serve one run per language pair")
-            seen[pair] = k
-        self._by_pair = seen
+        self._by_pair = check_pairs([(_name(run), run.languages) for run in self.runs])
 
     @property
     def single(self) -> bool:
@@ -95,6 +86,20 @@ class Pairs:
         """The batcher's `run_batch`: its key is (run index, decoding settings)."""
         k, settings = key
         return self.runs[k].run_batch(settings, works, deliver)
+
+
+def check_pairs(named: Sequence[tuple[str, tuple[str, str]]]) -> dict[tuple[str, str], int]:
+    """Each (run name, (source, target)) by its pair; two runs with one pair are refused
+    (which one answered would be arbitrary). The serve command calls it on the runs' configs
+    before it loads any model."""
+    seen: dict[tuple[str, str], int] = {}
+    for k, (name, languages) in enumerate(named):
+        pair = (base_language(languages[0]), base_language(languages[1]))
+        if pair in seen:
+            raise AttncliError(f"{named[seen[pair]][0]} and {name} both translate "
+                               f"{pair[0]}->{pair[1]}: serve one run per language pair")
+        seen[pair] = k
+    return seen
 
 
 def _name(run: Served) -> str:

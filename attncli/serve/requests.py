@@ -27,6 +27,8 @@ class RequestError(Exception):
     """A request the server will not serve: `status` (4xx, or 503) and a one-line `message`."""
 
     def __init__(self, status: int, message: str, retry_after: int | None = None):
+        # one line, whatever a client put in the fields a message quotes
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
         super().__init__(message)
         self.status, self.message, self.retry_after = status, message, retry_after
 
@@ -231,16 +233,22 @@ def _check_pair(source: str | None, target: str | None, languages: tuple[str, st
 NATIVE_FIELDS = ("text", "beam", "n_best", "attention", "source", "target", "api_key")
 
 
-def native_request(fields: dict[str, Any], beam: int, limits: Limits,
-                   languages: tuple[str, str]) -> TranslateRequest:
-    """attncli's ``/v1/translate`` fields; `beam` is the run's, the default; `source` and
-    `target`, when given, must be the run's `languages`."""
+def check_native_fields(fields: dict[str, Any]) -> None:
+    """A misspelt field is an error that names the right one (a silently ignored ``nbest``
+    would look like a wrong answer)."""
     for name in fields:
         if name not in NATIVE_FIELDS:
             close = difflib.get_close_matches(name, NATIVE_FIELDS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise RequestError(400, f"{name}: unknown field{hint}; the fields are "
                                     f"{', '.join(NATIVE_FIELDS)}")
+
+
+def native_request(fields: dict[str, Any], beam: int, limits: Limits,
+                   languages: tuple[str, str]) -> TranslateRequest:
+    """attncli's ``/v1/translate`` fields; `beam` is the run's, the default; `source` and
+    `target`, when given, must be the run's `languages`."""
+    check_native_fields(fields)
     texts = _texts(fields.get("text"), "text", limits)
     _check_pair(*requested_pair(fields), languages)
     beam = _integer(fields, "beam", beam, low=1, high=max(limits.max_beam, beam))
