@@ -19,7 +19,7 @@ _ERROR = {"type": "object", "required": ["error"],
                                    "description": "one line"}}}
 _JSON_ERROR = {"description": "refused, with the reason", "content": {
     "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-_REFUSALS = {str(status): _JSON_ERROR for status in (400, 403, 408, 413, 499, 503)}
+_REFUSALS = {str(status): _JSON_ERROR for status in (400, 403, 408, 413, 499, 501, 503)}
 
 
 def _texts(limits: Limits, description: str) -> dict[str, Any]:
