@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import train_tokenizer
 
 from attncli.core.config import Config, DataConfig, DecodeConfig, ModelConfig, TokenizerConfig
 from attncli.core.config_files import save_config
 from attncli.core.text import EOS_ID
-from attncli.data.tokenizer import train_tokenizer
 from attncli.decoding.scoring import bleu_tokenizer, corpus_scores
 from attncli.decoding.texts import encode_sources
 from attncli.model.build import build_model, model_fingerprint
