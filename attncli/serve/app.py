@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from attncli.core.text import base_language
+from attncli.core.errors import AttncliError
 from attncli.data.tokenizer import NO_TEXT
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.openapi import openapi_spec
@@ -273,7 +273,6 @@ class Service:
     async def ranked_languages(self, text: str) -> list[tuple[str, float]]:
         """Every language the identifier knows, likeliest first, with confidences in percent;
         a 501 with the install hint where py3langid is missing (the server still translates)."""
-        from attncli.core.errors import AttncliError
         from attncli.serve.language_id import detect_languages
 
         try:
@@ -291,8 +290,7 @@ class Service:
         texts often leave no language sure ("Hello": br 5.6 %, fi 4.7 %, ...): then the
         likeliest language that a run here translates to `target` is taken."""
         ranked = await self.ranked_languages("\n".join(texts_of(fields, "q", self.limits)))
-        served = {base_language(run.languages[0]) for run in self.pairs.runs
-                  if target is None or base_language(run.languages[1]) == base_language(target)}
+        served = self.pairs.sources_to(target)
         if ranked and ranked[0][1] >= SURE:
             language, confidence = ranked[0]
         else:
@@ -306,10 +304,8 @@ class Service:
                                     f"({language}), which this server does not translate"
                                     f"{f' to {target!r}' if target else ''} (it translates "
                                     f"{self.pairs.described()})")
-        k = next(k for k, run in enumerate(self.pairs.runs)
-                 if base_language(run.languages[0]) == language
-                 and (target is None or base_language(run.languages[1]) == base_language(target)))
-        return k, {"confidence": confidence, "language": language}
+        return self.pairs.route(language, target), {"confidence": confidence,
+                                                    "language": language}
 
     @_answers_in_json
     async def libretranslate(self, request: Request) -> Response:

@@ -64,6 +64,11 @@ class Pairs:
                                     f"server translates {self.described()}")
         return found
 
+    def sources_to(self, target: str | None) -> set[str]:
+        """The (base) source languages of the runs that translate to `target` (any: None)."""
+        return {source for source, to in self._by_pair
+                if target is None or to == base_language(target)}
+
     def described(self) -> str:
         """The pairs served, for messages: "en->de, en->zh"."""
         return ", ".join(f"{run.languages[0]}->{run.languages[1]}" for run in self.runs)
