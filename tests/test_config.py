@@ -39,6 +39,41 @@ def test_overrides_convert_types(tmp_path):
     assert cfg.data.src == "fr" and cfg.train.compile is True and cfg.model.d_model == 64
 
 
+def test_overrides_reach_a_corpus_by_name_or_number():
+    cfg = load_config(REPO / "configs" / "en-zh.yaml",
+                      ["data.corpora.tatoeba.weight=3", "data.corpora.1.filters.duplicates=true",
+                       "data.corpora.dailydialog.filters.length_ratio=2.5"])
+    tatoeba, dailydialog = cfg.data.corpora
+    assert tatoeba.weight == 3 and not tatoeba.filters.duplicates
+    assert dailydialog.weight == 1 and dailydialog.filters.duplicates
+    assert dailydialog.filters.length_ratio == 2.5 and dailydialog.filters.script
+
+
+def test_override_of_one_corpus_filters_adds_the_mapping(tmp_path):
+    path = _write(tmp_path, "data:\n  dataset: tatoeba-en-de\n")
+    cfg = load_config(path, ["data.filters.same_text=true"])
+    assert cfg.data.filters.same_text and not cfg.data.filters.script
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("data.corpora.opus.weight=2",
+         "--set data.corpora.opus.weight: data.corpora has no item 'opus' "
+         "(its items: tatoeba, dailydialog)"),
+        ("data.corpora.5.weight=2", "has no item '5'"),
+        ("data.corpora.tatoeba.wieght=2", "data.corpora.0.wieght: unknown key"),
+        ("data.corpora.tatoeba.weight=0", "data.corpora.0.weight"),
+        ("data.corpora.tatoeba=2", "data.corpora is not a mapping"),
+        ("model.dropout.rate=0.1", "model.dropout is not a mapping"),
+    ],
+)
+def test_bad_override_inside_a_list_is_one_line(override, expected):
+    with pytest.raises(AttncliError) as info:
+        load_config(REPO / "configs" / "en-zh.yaml", [override])
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
 def test_yaml_anchors_and_merge_keys_still_read(tmp_path):
     """Refusing duplicate keys leaves YAML's own overrides alone: `<<: *base` then a key."""
     text = "x-base: &base\n  lr: 0.002\n  max_steps: 9\ntrain:\n  <<: *base\n  lr: 0.003\n"

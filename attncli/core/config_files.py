@@ -110,12 +110,16 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
-    """'train.max_steps=20' -> (['train', 'max_steps'], 20); the value is read as YAML."""
+    """'train.max_steps=20' -> (['train', 'max_steps'], 20); the value is read as YAML.
+
+    A longer key reaches into a list of the config by an item's name or number:
+    'data.corpora.tatoeba.weight=3' or 'data.corpora.0.weight=3'.
+    """
     if "=" not in item:
         raise AttncliError(f"--set {item!r}: expected KEY=VALUE, e.g. train.max_steps=20")
     key, value = item.split("=", 1)
     parts = key.strip().split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) < 2 or not all(parts):
         raise AttncliError(
             f"--set {item!r}: KEY must be section.key, e.g. model.dropout{suggest_key(key)}"
         )
@@ -135,16 +139,52 @@ REPLACED_BY_SET = {("data", "dataset"): ("corpora", "best_on"),
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `--set` items to a raw config dict (validation happens afterwards)."""
     for item in overrides:
-        (section, key), value = parse_override(item)
+        path, value = parse_override(item)
+        section, key = path[0], path[1]
         if section not in Config.model_fields:
             raise AttncliError(f"--set {section}.{key}: unknown section{suggest_key(section)}")
         node = raw.setdefault(section, {})
         if not isinstance(node, dict):
             raise AttncliError(f"--set {section}.{key}: {section} is not a section")
+        if len(path) > 2:
+            _set_inside(node, path, value)
+            continue
         for replaced in REPLACED_BY_SET.get((section, key), ()):
             node.pop(replaced, None)
         node[key] = value
     return raw
+
+
+def _set_inside(section: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set the key `path` names below its section, stepping into lists by an item's name or
+    number (so a weight study needs no copied config); a key a mapping lacks is added and left
+    to validation, which names it if it is unknown."""
+    node: Any = section
+    for depth in range(1, len(path) - 1):
+        node = _child(node, path, depth)
+    if not isinstance(node, dict):
+        raise AttncliError(f"--set {'.'.join(path)}: {'.'.join(path[:-1])} is not a mapping")
+    node[path[-1]] = value
+
+
+def _child(node: Any, path: list[str], depth: int) -> Any:
+    """What `path[depth]` names inside `node`: a list's item by its name (else its data set) or
+    number, or a mapping's value (an empty mapping added where there is none)."""
+    part, where = path[depth], ".".join(path[:depth])
+    if isinstance(node, dict):
+        if node.get(part) is None:
+            node[part] = {}
+        return node[part]
+    if not isinstance(node, list):
+        raise AttncliError(f"--set {'.'.join(path)}: {where} is not a mapping or a list")
+    names = [str(item.get("name") or item.get("dataset") or i) if isinstance(item, dict)
+             else str(i) for i, item in enumerate(node)]
+    if part in names:
+        return node[names.index(part)]
+    if part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    raise AttncliError(f"--set {'.'.join(path)}: {where} has no item {part!r} "
+                       f"(its items: {', '.join(names) or 'none'})")
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
