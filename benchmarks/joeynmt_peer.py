@@ -127,7 +127,7 @@ def to_joey(run: Path, out: Path, anchor: Path, test_prefix: str) -> None:
     if float(ours["output_bias"].abs().max()) != 0.0:
         raise SystemExit(f"{run}: output_bias is not zero (JoeyNMT has none); run zero-bias")
     model_cfg = yaml.safe_load((run / "config.yaml").read_text())["model"]
-    if not (model_cfg["norm"] == "pre" and model_cfg["tie_embeddings"]
+    if not (model_cfg["norm"] == "pre" and model_cfg["tie_embeddings"] is True
             and model_cfg["scoring"] == "dot"):
         raise SystemExit(f"{run}: only pre-norm, tied, dot-product models have a JoeyNMT twin")
 

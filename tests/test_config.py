@@ -133,6 +133,8 @@ def test_all_shipped_configs_validate():
         ("", ["train.lr=.inf"], "train.lr"),
         ("", ["data.tgt=en"], "src and tgt are both 'en'"),
         ("", ["tokenizer.vocab_size=3000000000"], "tokenizer.vocab_size"),
+        ("", ["tokenizer.joint=false"], "tie_embeddings: decoder or false"),
+        ("", ["model.tie_embeddings=output"], "Input should be True, False or 'decoder'"),
     ],
 )
 def test_bad_config_raises_one_line_error(tmp_path, text, overrides, expected):

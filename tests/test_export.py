@@ -296,12 +296,14 @@ def test_without_ctranslate2_the_command_says_how_to_install(run, monkeypatch):
     assert_one_line_error(run_cli("export", str(run), "--force"), "pip install 'attncli[ct2]'")
 
 
-def test_post_norm_and_separate_vocabularies_export_too(data_dir, tmp_path):
-    """The paper's layout (post-norm, as wmt14-base.yaml) with a tokenizer per side and untied
-    embeddings: greedy output through CTranslate2 equals attncli's."""
+@pytest.mark.parametrize("tie", ["false", "decoder"])
+def test_post_norm_and_separate_vocabularies_export_too(data_dir, tmp_path, tie):
+    """The paper's layout (post-norm, as wmt14-base.yaml) with a tokenizer per side, untied
+    embeddings or the output tied to the target embedding: greedy output through CTranslate2
+    equals attncli's."""
     result = train(data_dir, tmp_path, SMALL, "--name", "post",
                    sets=[*AS_MADE, "model.norm=post",
-                         "tokenizer.joint=false", "model.tie_embeddings=false",
+                         "tokenizer.joint=false", f"model.tie_embeddings={tie}",
                          "tokenizer.vocab_size=200"])
     assert result.returncode == 0, result.stderr
     run = tmp_path / "post"

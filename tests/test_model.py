@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attncli.core.config import ModelConfig
@@ -76,6 +77,23 @@ def test_tied_embeddings_share_one_matrix(tiny_model_config):
     untied = Seq2SeqTransformer(tiny_model_config.model_copy(update={"tie_embeddings": False}),
                                 40, 50)
     assert untied.project(torch.zeros(1, 1, 32)).shape == (1, 1, 50)
+
+
+def test_decoder_tying_shares_the_target_embedding_with_the_output_only(tiny_model_config):
+    """tie_embeddings: decoder (separate vocabularies): source and target embeddings apart,
+    the output projection is the target embedding: a step on the output moves the embedding."""
+    cfg = tiny_model_config.model_copy(update={"tie_embeddings": "decoder"})
+    model = Seq2SeqTransformer(cfg, 40, 50)
+    untied = Seq2SeqTransformer(cfg.model_copy(update={"tie_embeddings": False}), 40, 50)
+    assert model.src_embed.weight is not model.tgt_embed.weight and model.output is None
+    assert untied.num_parameters() - model.num_parameters() == 50 * 32
+    before = model.tgt_embed.weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model.project(torch.ones(1, 1, 32)).logsumexp(-1).sum().backward()
+    opt.step()
+    assert not torch.equal(model.tgt_embed.weight, before)
+    with pytest.raises(ValueError, match="joint vocabulary"):
+        Seq2SeqTransformer(tiny_model_config, 40, 50)
 
 
 def test_post_norm_and_additive_variants_run_and_learn(tiny_model_config):

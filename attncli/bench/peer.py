@@ -29,7 +29,7 @@ class TorchTransformerPeer(nn.Module):
         super().__init__()
         self.pad_id, self.d_model = pad_id, cfg.d_model
         self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=pad_id)
-        self.tgt_embed = (self.src_embed if cfg.tie_embeddings
+        self.tgt_embed = (self.src_embed if cfg.ties_source
                           else nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=pad_id))
         self.positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
         self.embed_dropout = nn.Dropout(cfg.dropout)
@@ -45,7 +45,7 @@ class TorchTransformerPeer(nn.Module):
             if isinstance(module, nn.MultiheadAttention):
                 module.dropout = cfg.attention_dropout
         self.output_bias = nn.Parameter(torch.zeros(tgt_vocab))
-        self.output = (None if cfg.tie_embeddings
+        self.output = (None if cfg.ties_output
                        else nn.Linear(cfg.d_model, tgt_vocab, bias=False))
         for embedding in {self.src_embed, self.tgt_embed}:
             nn.init.normal_(embedding.weight, mean=0.0, std=cfg.d_model**-0.5)

@@ -279,10 +279,22 @@ class ModelConfig(_Section):
     scoring: Literal["dot", "additive"] = Field(
         "dot", description="dot = scaled dot-product; additive = Bahdanau w^T tanh(Wq q + Wk k)."
     )
-    tie_embeddings: bool = Field(
-        True, description="Share src/tgt/output embeddings (needs tokenizer.joint)."
+    tie_embeddings: Literal[True, False, "decoder"] = Field(
+        True, description="true: source, target and output embeddings are one matrix (needs "
+                          "tokenizer.joint); decoder: the target embedding and the output "
+                          "projection are one (separate vocabularies too); false: three."
     )
     max_positions: int = Field(1024, ge=8, description="Longest sequence the positions cover.")
+
+    @property
+    def ties_source(self) -> bool:
+        """Source and target share one embedding (and so one vocabulary)."""
+        return self.tie_embeddings is True
+
+    @property
+    def ties_output(self) -> bool:
+        """The output projection is the target embedding (fewer parameters to learn)."""
+        return self.tie_embeddings is not False
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
@@ -407,8 +419,9 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _tying_needs_joint_vocab(self) -> Config:
-        if self.model.tie_embeddings and not self.tokenizer.joint:
-            raise ValueError("model.tie_embeddings needs tokenizer.joint: true")
+        if self.model.ties_source and not self.tokenizer.joint:
+            raise ValueError("model.tie_embeddings: true needs tokenizer.joint: true "
+                             "(with separate vocabularies, tie_embeddings: decoder or false)")
         return self
 
     @model_validator(mode="after")

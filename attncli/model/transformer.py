@@ -51,13 +51,13 @@ class Seq2SeqTransformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
         super().__init__()
-        if cfg.tie_embeddings and src_vocab != tgt_vocab:
+        if cfg.ties_source and src_vocab != tgt_vocab:
             raise ValueError("tied embeddings need one joint vocabulary")
         self.cfg, self.pad_id, self.d_model = cfg, pad_id, cfg.d_model
         self.src_embed = nn.Embedding(src_vocab, cfg.d_model, padding_idx=pad_id)
         self.tgt_embed = (
             self.src_embed
-            if cfg.tie_embeddings
+            if cfg.ties_source
             else nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=pad_id)
         )
         self.positions = SinusoidalPositions(cfg.d_model, cfg.max_positions)
@@ -68,7 +68,7 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output_bias = nn.Parameter(torch.zeros(tgt_vocab))
-        self.output = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        self.output = None if cfg.ties_output else nn.Linear(cfg.d_model, tgt_vocab, bias=False)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -140,11 +140,11 @@ class Seq2SeqTransformer(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The (vocab, d_model) projection matrix: the shared embedding when tied."""
+        """The (vocab, d_model) projection matrix: the target embedding when tied."""
         return self.tgt_embed.weight if self.output is None else self.output.weight
 
     def project(self, hidden: Tensor) -> Tensor:
-        """(batch, len, d_model) -> (batch, len, vocab) logits (tied to embeddings if joint)."""
+        """(batch, len, d_model) -> (batch, len, vocab) logits (by the target embedding if tied)."""
         return F.linear(hidden, self.output_weight, self.output_bias)
 
     def new_cache(self, rows: int = 0, positions: int = 0) -> DecoderCache:
