@@ -49,6 +49,23 @@ def test_overrides_reach_a_corpus_by_name_or_number():
     assert dailydialog.filters.length_ratio == 2.5 and dailydialog.filters.script
 
 
+def test_overrides_reach_an_unnamed_corpus_by_its_label(tmp_path):
+    path = _write(tmp_path, "data:\n  corpora:\n    - dataset: /data/tatoeba-en-zh\n"
+                            "    - dataset: ./more/dialogues.tsv\n")
+    cfg = load_config(path, ["data.corpora.dialogues.weight=2",
+                             "data.corpora.tatoeba-en-zh.weight=0.5"])
+    assert [c.label for c in cfg.data.corpora] == ["tatoeba-en-zh", "dialogues"]
+    assert [c.weight for c in cfg.data.corpora] == [0.5, 2]
+
+
+def test_override_of_a_corpus_on_a_one_corpus_config_is_one_line(tmp_path):
+    path = _write(tmp_path, "data:\n  dataset: tatoeba-en-de\n")
+    with pytest.raises(AttncliError) as info:
+        load_config(path, ["data.corpora.tatoeba.weight=2"])
+    assert str(info.value).startswith("--set data.corpora.tatoeba.weight: the config has no "
+                                      "data.corpora list (it names one data set, data.dataset)")
+
+
 def test_override_of_one_corpus_filters_adds_the_mapping(tmp_path):
     path = _write(tmp_path, "data:\n  dataset: tatoeba-en-de\n")
     cfg = load_config(path, ["data.filters.same_text=true"])

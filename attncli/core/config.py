@@ -78,6 +78,15 @@ class FilterConfig(_Section):
         return self.model_dump(mode="json", exclude_defaults=True)
 
 
+def corpus_label(name: str | None, dataset: str) -> str:
+    """A corpus's short name in logs, eval files and `--set data.corpora.NAME...`: its `name`,
+    else its data set's folder or file name made safe for a file name."""
+    if name:
+        return name
+    stem = re.sub(r"\.(jsonl|json|tsv|txt)$", "", dataset.rstrip("/").split("/")[-1])
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "corpus"
+
+
 class CorpusConfig(_Section):
     """One training corpus of a mix (`data.corpora`): its data, how often each of its pairs
     is seen per epoch, and what is filtered out of it."""
@@ -97,10 +106,7 @@ class CorpusConfig(_Section):
     @property
     def label(self) -> str:
         """`name`, else the data set's folder or file name made safe for a file name."""
-        if self.name:
-            return self.name
-        stem = re.sub(r"\.(jsonl|json|tsv|txt)$", "", self.dataset.rstrip("/").split("/")[-1])
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "corpus"
+        return corpus_label(self.name, self.dataset)
 
 
 class DataConfig(_Section):

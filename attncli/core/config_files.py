@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from attncli.core.config import Config
+from attncli.core.config import Config, corpus_label
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_text
 
@@ -172,13 +172,17 @@ def _child(node: Any, path: list[str], depth: int) -> Any:
     number, or a mapping's value (an empty mapping added where there is none)."""
     part, where = path[depth], ".".join(path[:depth])
     if isinstance(node, dict):
+        if path[:2] == ["data", "corpora"] and depth == 1 and node.get(part) is None:
+            raise AttncliError(f"--set {'.'.join(path)}: the config has no data.corpora list "
+                               "(it names one data set, data.dataset); list the corpora in "
+                               "the file to set one of them")
         if node.get(part) is None:
             node[part] = {}
         return node[part]
     if not isinstance(node, list):
         raise AttncliError(f"--set {'.'.join(path)}: {where} is not a mapping or a list")
-    names = [str(item.get("name") or item.get("dataset") or i) if isinstance(item, dict)
-             else str(i) for i, item in enumerate(node)]
+    names = [corpus_label(item.get("name"), str(item.get("dataset") or i))
+             if isinstance(item, dict) else str(i) for i, item in enumerate(node)]
     if part in names:
         return node[names.index(part)]
     if part.isdigit() and int(part) < len(node):
