@@ -168,7 +168,8 @@ def eval_(
 @app.command()
 def translate(
     text: list[str] = typer.Argument(
-        None, help="Sentences to translate. None or '-' reads standard input line by line."
+        None, help="Texts to translate, each split into sentences. None or '-' reads "
+        "standard input line by line."
     ),
     run: Path | None = typer.Option(
         None, "--run",
@@ -197,8 +198,15 @@ def translate(
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
+    split: bool = typer.Option(
+        True, "--split/--no-split", help="Split each line into sentences, translate them and "
+        "join them (--no-split: each line is one sentence, cut to the model's positions)."),
+    paragraphs: bool = typer.Option(
+        False, "--paragraphs", help="Hard-wrapped text: lines up to a blank line are one "
+        "paragraph, written as one line (blank lines kept)."),
 ) -> None:
-    """Translate sentences with a trained run (arguments, a file, or standard input)."""
+    """Translate text with a trained run (arguments, a file, or standard input): one output
+    line per input line, each line's sentences translated and joined."""
     from attncli.translate import TranslateOptions, translate_command  # here: torch-free start
 
     translate_command(TranslateOptions(
@@ -206,7 +214,7 @@ def translate(
         output_file=output_file, json_out=json_out, show_attention=show_attention,
         attention_png=attention_png, layer=layer, head=head, device=device,
         checkpoint=checkpoint, engine=engine.value, exported=exported,
-        no_repeat_ngram=no_repeat_ngram))
+        no_repeat_ngram=no_repeat_ngram, split=split, paragraphs=paragraphs))
 
 
 @app.command()

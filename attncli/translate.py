@@ -1,11 +1,18 @@
-"""`attncli translate`: sentences from arguments, a file or standard input, through a run.
+"""`attncli translate`: text from arguments, a file or standard input, through a run.
+
+Each line is split into sentences, the sentences of a chunk of lines are translated in one
+batch, and each line's translations are joined back into one output line, its whitespace kept
+(`Translator.translate`, `split=True`); a blank line is written as it is. `--no-split` (and the
+n-best and attention views, which show one sentence's search) translate each line whole, as
+one sentence. `--paragraphs` reads hard-wrapped text: the lines up to a blank one are one
+paragraph, written as one line.
 
 Input is read and translated in chunks, so a pipe of any size streams through in bounded
-memory. A bad line (empty, not UTF-8, a NUL byte, only invisible characters) is reported on
-stderr with its number while the others are still translated, and its place in the output is
-an empty line (under --json a record with its error), so output line k is input line k; the
-command then exits 2. Output
-names that could never be written are refused before the model loads once per invocation.
+memory. A bad line (not UTF-8, a NUL byte; without splitting also empty or only invisible
+characters) is reported on stderr with its number while the others are still translated, and
+its place in the output is an empty line (under --json a record with its error), so output line
+k is input line k (paragraph k under --paragraphs); the command then exits 2. Output names that
+could never be written are refused before the model loads once per invocation.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from attncli.core.console import stdout_json
 from attncli.core.errors import AttncliError
 from attncli.core.files import output_file_problem, replacing_file
 from attncli.core.plots import attention_table, plot_attention
-from attncli.data.tokenizer import NO_TEXT, text_problem
+from attncli.data.sentences import join_wrapped, split_text
+from attncli.data.tokenizer import NO_TEXT, no_visible_text, text_problem
 from attncli.decoding.search import Hypothesis
 from attncli.runs.average import describe
 from attncli.runs.layout import find_latest_run
@@ -56,6 +64,15 @@ class TranslateOptions:
     engine: str = "torch"
     exported: Path | None = None
     no_repeat_ngram: int | None = None
+    split: bool = True
+    paragraphs: bool = False
+
+    @property
+    def whole_lines(self) -> bool:
+        """Whether each line is translated whole, as one sentence: --no-split, and the views
+        of one sentence's search (n-best lists, attention)."""
+        return (not self.split or self.nbest > 1 or self.show_attention
+                or self.attention_png is not None)
 
 
 @dataclass
@@ -67,23 +84,32 @@ class _Input:
     text: str
     problem: str | None = None
 
+    @property
+    def blank(self) -> bool:
+        """Nothing to translate: written as it is when splitting (see `_check`)."""
+        return self.problem is None and no_visible_text(self.text)
 
-def _check(number: int, label: str, text: str) -> _Input:
+
+def _check(number: int, label: str, text: str, blank_ok: bool = False) -> _Input:
+    """The input, with its problem if it cannot be translated; `blank_ok`: a line with no
+    visible text is one to write as it is (when splitting), not a problem."""
     problem = text_problem(text)
+    if blank_ok and problem and "\x00" not in text:
+        problem = None
     return _Input(number, label, "" if problem and "\x00" in text else text, problem)
 
 
-def _from_arguments(texts: Sequence[str]) -> Iterator[_Input]:
+def _from_arguments(texts: Sequence[str], blank_ok: bool) -> Iterator[_Input]:
     for number, text in enumerate(texts, 1):
         try:  # undecodable argv bytes arrive as lone surrogates
             text.encode("utf-8")
         except UnicodeEncodeError:
             yield _Input(number, f"argument {number}", "", "not valid UTF-8")
             continue
-        yield _check(number, f"argument {number}", text)
+        yield _check(number, f"argument {number}", text, blank_ok)
 
 
-def _from_lines(stream: BinaryIO, prefix: str) -> Iterator[_Input]:
+def _from_lines(stream: BinaryIO, prefix: str, blank_ok: bool) -> Iterator[_Input]:
     """Decode each line on its own, so one bad byte costs one line, not the whole input; an
     input that starts with a UTF-16 byte-order mark is refused whole (split at its newline
     bytes, its lines would each be one more bad line than the file has)."""
@@ -99,7 +125,8 @@ def _from_lines(stream: BinaryIO, prefix: str) -> Iterator[_Input]:
             problem = f"not valid UTF-8 ({err.reason} at byte {err.start + 1})"
             yield _Input(number, label, "", problem)
             continue
-        yield _check(number, label, text.removeprefix("\ufeff") if number == 1 else text)
+        yield _check(number, label, text.removeprefix("\ufeff") if number == 1 else text,
+                     blank_ok)
 
 
 def _chunks(inputs: Iterable[_Input], size: int) -> Iterator[list[_Input]]:
@@ -198,9 +225,10 @@ class _AttentionView:
                                                 src[block.start:block.stop], tgt))
 
 
-def _open_inputs(texts: Sequence[str], input_file: Path | None,
-                 stack: contextlib.ExitStack) -> tuple[Iterator[_Input], int]:
+def _open_inputs(options: TranslateOptions, stack: contextlib.ExitStack
+                 ) -> tuple[Iterator[_Input], int]:
     """The inputs and how many lines to translate together."""
+    texts, input_file, blank_ok = options.texts, options.input_file, options.split
     if input_file is not None:
         if texts:
             raise AttncliError("give sentences as arguments or with --input, not both")
@@ -209,15 +237,42 @@ def _open_inputs(texts: Sequence[str], input_file: Path | None,
         if not input_file.exists():  # a pipe, /dev/stdin or <(...) is read as a file is
             raise AttncliError(f"--input {input_file}: no such file")
         lines = stack.enter_context(input_file.open("rb"))
-        return _from_lines(lines, f"{input_file} "), CHUNK_LINES
+        return _from_lines(lines, f"{input_file} ", blank_ok), CHUNK_LINES
     if not texts or list(texts) == ["-"]:
         interactive = sys.stdin.isatty()
-        return _from_lines(sys.stdin.buffer, ""), 1 if interactive else CHUNK_LINES
+        return _from_lines(sys.stdin.buffer, "", blank_ok), 1 if interactive else CHUNK_LINES
     if len(texts) == 1:  # a lone bad argument: say so before loading the model
-        (only,) = _from_arguments(texts)
+        (only,) = _from_arguments(texts, blank_ok)
         if only.problem:
             raise AttncliError(only.problem)
-    return _from_arguments(texts), CHUNK_LINES
+    return _from_arguments(texts, blank_ok), CHUNK_LINES
+
+
+def _paragraphs(inputs: Iterable[_Input], language: str) -> Iterator[_Input]:
+    """Hard-wrapped lines as paragraphs: the lines up to a blank one joined into one input
+    (`data.sentences.join_wrapped`; a bad line makes its paragraph bad), each blank line
+    passed on as it is. A paragraph is given on as soon as its blank line is read, so text
+    typed at a terminal is translated at each blank line."""
+    held: list[_Input] = []
+    for item in inputs:
+        if not item.blank:
+            held.append(item)
+            continue
+        if held:
+            yield _paragraph(held, language)
+            held = []
+        yield item
+    if held:
+        yield _paragraph(held, language)
+
+
+def _paragraph(lines: list[_Input], language: str) -> _Input:
+    first, last = lines[0], lines[-1]
+    label = first.label if len(lines) == 1 else f"{first.label}-{last.number}"
+    bad = next((line for line in lines if line.problem is not None), None)
+    if bad is not None:
+        return _Input(first.number, label, "", f"{bad.label}: {bad.problem}")
+    return _Input(first.number, label, join_wrapped("\n".join(x.text for x in lines), language))
 
 
 def _translate_chunk(translator: Translator, good: list[_Input], *, beam: int, nbest: int,
@@ -250,17 +305,18 @@ def _failure_line(item: _Input, nbest: int, json_out: bool) -> str | None:
 
 def _translate_and_write(translator: Translator, chunk: list[_Input], out: TextIO, *,
                          view: _AttentionView, options: TranslateOptions, beam: int) -> int:
-    """Translate a chunk's good inputs and write every input's lines in input order; returns
-    how many inputs could not be translated (each said on stderr)."""
+    """Translate a chunk's good inputs, each whole, and write every input's lines in input
+    order; returns how many inputs could not be translated (each said on stderr)."""
     nbest, json_out = options.nbest, options.json_out
-    good = [item for item in chunk if item.problem is None]
+    good = [item for item in chunk if item.problem is None and not item.blank]
     found = _translate_chunk(translator, good, beam=beam, nbest=nbest,
                              need_attention=view.wanted) if good else {}
     for item in chunk:
         if item.problem is not None:
-            print(f"error: {item.label}: {item.problem}", file=sys.stderr)
-            if (line := _failure_line(item, nbest, json_out)) is not None:
-                out.write(line + "\n")
+            _write_failure(item, out, options)
+            continue
+        if item.blank:
+            _write_as_it_is(item, out, options)
             continue
         ids, hyps = found[item.number]
         hyp_texts = [translator.detokenize(h) for h in hyps]
@@ -269,7 +325,72 @@ def _translate_and_write(translator: Translator, chunk: list[_Input], out: TextI
             out.flush()
             view(item, ids, hyps[0])
     out.flush()
-    return len(chunk) - len(found)
+    return sum(item.problem is not None for item in chunk)
+
+
+def _write_documents(translator: Translator, chunk: list[_Input], out: TextIO, *,
+                     options: TranslateOptions, beam: int) -> int:
+    """Translate a chunk's good inputs, each split into sentences (all of the chunk's in one
+    batch), and write one line per input in input order; returns how many inputs could not
+    be translated (each said on stderr)."""
+    good = [item for item in chunk if item.problem is None and not item.blank]
+    found = dict(zip((item.number for item in good),
+                     translator.translate([item.text for item in good], beam=beam),
+                     strict=True)) if good else {}
+    for item in chunk:
+        if item.problem is not None:
+            _write_failure(item, out, options)
+            continue
+        if item.blank:
+            _write_as_it_is(item, out, options)
+            continue
+        done = found[item.number]
+        if options.json_out:
+            sentences = [{"source": s.source, "translation": s.text} for s in done.sentences]
+            out.write(stdout_json({"line": item.number, "source": item.text,
+                                   "hypotheses": [done.text],
+                                   "scores": [round(done.score, 4)],
+                                   "sentences": sentences}) + "\n")
+        else:
+            out.write(done.text + "\n")
+    out.flush()
+    return sum(item.problem is not None for item in chunk)
+
+
+def _write_failure(item: _Input, out: TextIO, options: TranslateOptions) -> None:
+    print(f"error: {item.label}: {item.problem}", file=sys.stderr)
+    if (line := _failure_line(item, options.nbest, options.json_out)) is not None:
+        out.write(line + "\n")
+
+
+def _write_as_it_is(item: _Input, out: TextIO, options: TranslateOptions) -> None:
+    """A line with nothing to translate, when splitting: written as it is."""
+    if options.json_out:
+        out.write(stdout_json({"line": item.number, "source": item.text,
+                               "hypotheses": [item.text], "scores": [0.0],
+                               "sentences": []}) + "\n")
+    elif options.nbest == 1:
+        out.write(item.text + "\n")
+
+
+class _SeveralSentencesNote:
+    """Says once, when each line is translated whole although splitting is on (the n-best
+    and attention views), that a line held several sentences."""
+
+    def __init__(self, options: TranslateOptions, language: str):
+        self.wanted = options.split and options.whole_lines
+        self.language = language
+
+    def __call__(self, chunk: list[_Input]) -> None:
+        if not self.wanted:
+            return
+        for item in chunk:
+            if item.problem is None and len(split_text(item.text, self.language).sentences) > 1:
+                print(f"note: {item.label} holds several sentences; --nbest, --show-attention "
+                      "and --attention-png translate each line whole, as one sentence",
+                      file=sys.stderr)
+                self.wanted = False
+                return
 
 
 def _check_outputs(output_file: Path | None, attention_png: Path | None) -> None:
@@ -288,6 +409,9 @@ def _check_options(options: TranslateOptions) -> None:
     if (options.layer != -1 or options.head is not None) and not wants_view:
         raise AttncliError("--layer and --head choose what --show-attention or --attention-png "
                            "show: give one of them")
+    if options.paragraphs and not options.split:
+        raise AttncliError("--paragraphs joins lines into paragraphs to split into sentences: "
+                           "it cannot go with --no-split")
     _check_outputs(options.output_file, options.attention_png)
 
 
@@ -304,24 +428,32 @@ def _open_translator(options: TranslateOptions) -> Translator:
 
 
 def translate_command(options: TranslateOptions) -> None:
-    """`attncli translate`: print ``nbest`` translations per input sentence (see module doc)."""
+    """`attncli translate`: print ``nbest`` translations per input line (see module doc)."""
     _check_options(options)
     texts, nbest = options.texts, options.nbest
     failed = total = 0
     with contextlib.ExitStack() as stack:
-        inputs, chunk_size = _open_inputs(texts, options.input_file, stack)
+        inputs, chunk_size = _open_inputs(options, stack)
         translator = _open_translator(options)
         beam = options.beam or translator.beam
         if nbest > beam:
             raise AttncliError(f"--nbest {nbest} needs --beam {nbest} or more (beam is {beam})")
+        if options.paragraphs:
+            inputs = _paragraphs(inputs, translator.source_language)
         view = _AttentionView(translator.trained, options,
                               single=len(texts) == 1 and texts[0] != "-")
+        note = _SeveralSentencesNote(options, translator.source_language)
         out = stack.enter_context(_output(options.output_file))
         try:
             for chunk in _chunks(inputs, chunk_size):
                 total += len(chunk)
-                failed += _translate_and_write(translator, chunk, out, view=view,
-                                               options=options, beam=beam)
+                if options.whole_lines:
+                    note(chunk)
+                    failed += _translate_and_write(translator, chunk, out, view=view,
+                                                   options=options, beam=beam)
+                else:
+                    failed += _write_documents(translator, chunk, out, options=options,
+                                               beam=beam)
         except BrokenPipeError:  # `... | head`: the reader is gone, nothing left to do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return

@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
+from attncli.decoding.documents import plan_documents  # noqa: E402
 from attncli.decoding.search import Hypothesis  # noqa: E402
 from attncli.serve.app import ServeOptions, build_app  # noqa: E402
 from attncli.serve.batcher import Batcher, QueueFull  # noqa: E402
@@ -118,6 +119,14 @@ class FakeTranslator:
 
     languages, beam, attention = ("en", "de"), 2, True
 
+    class _Tokenizer:  # a subword per word, then EOS
+        def encode_src(self, texts):
+            return [[5] * len(text.split()) + [3] for text in texts]
+
+    def plan(self, texts):
+        return plan_documents(texts, language="en", tokenizer=self._Tokenizer(),
+                              max_positions=64)
+
     def encode(self, texts):
         return [[5, 3] for _ in texts], [False] * len(texts)
 
@@ -191,6 +200,23 @@ def test_past_the_queue_503_with_retry_after_while_health_answers():
     assert health[0] == 200 and health[2]["decoding"] == 1 and health[2]["queued"] == 2
     assert first[0] == 200 and first[2] == {"translatedText": "translated [7]"}
     assert second[2] == {"translatedText": ["translated [7]", "translated [7]"]}
+
+
+def test_a_request_whose_sentences_alone_exceed_the_queue_is_a_400_not_a_503():
+    """No retry could get three sentences into a queue of two: the client is told so, and a
+    text of two sentences goes through as one job, its sentences joined."""
+    app, batcher = _app(Gate(blocked=False), max_queue=2)
+
+    async def scenario():
+        too_many = await _call(app, "POST", "/translate", {**LT, "q": "One. Two. Three."})
+        two = await _call(app, "POST", "/translate", {**LT, "q": "One.\n\nTwo."})
+        return too_many, two
+
+    too_many, two = asyncio.run(scenario())
+    batcher.stop(5)
+    assert too_many[0] == 400 and "3 sentences once split" in too_many[2]["error"]
+    assert "retry-after" not in too_many[1]
+    assert two[0] == 200 and two[2] == {"translatedText": "translated [7]\n\ntranslated [7]"}
 
 
 def test_a_request_that_waits_too_long_gets_503_and_leaves_the_queue():

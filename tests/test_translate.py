@@ -123,8 +123,10 @@ def test_json_with_nbest_lists(workdir, run_dir):
 
 
 def test_stdin_bad_lines_are_reported_and_the_others_translated(workdir, run_dir):
+    """Without splitting a blank line is a bad one (with it, it is written as it is)."""
     lines = b"The cat sees a dog.\n\n   \nA red \xff\xfe house.\nThe man runs.\n"
-    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", stdin=lines)
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", "--no-split",
+               stdin=lines)
     assert out.returncode == 2
     records = [json.loads(r) for r in out.stdout.splitlines()]
     assert [r["line"] for r in records] == [1, 2, 3, 4, 5]
@@ -148,8 +150,8 @@ def test_output_lines_stay_aligned_with_input_lines(workdir, run_dir, tmp_path):
     assert out.returncode == 2
     lines = target.read_text("utf-8").split("\n")
     assert len(lines) == 5 and lines[4] == ""  # four lines, each ending in a newline
-    assert lines[0] and lines[3] and lines[1] == lines[2] == ""
-    assert _error_lines(out.stderr)[-1] == ("error: 2 of 4 inputs could not be translated "
+    assert lines[0] and lines[3] and lines[1] == lines[2] == ""  # blank as given; bad: empty
+    assert _error_lines(out.stderr)[-1] == ("error: 1 of 4 inputs could not be translated "
                                             "(see above) (their output lines are left empty)")
     source.write_bytes("A man.\nTwo dogs.\n".encode("utf-16-le"))  # no byte-order mark
     out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source))
@@ -206,7 +208,7 @@ def test_outputs_write_through_links_and_pipes_with_the_umask_and_read_pipes(wor
 
 
 def test_a_single_empty_argument_exits_2(workdir, run_dir):
-    out = _cli(workdir, "translate", "--run", str(run_dir), "  ")
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--no-split", "  ")
     assert out.returncode == 2 and _error_lines(out.stderr) == ["error: empty input"]
     assert out.stdout == ""
 
@@ -243,7 +245,7 @@ def test_a_five_thousand_word_line_is_cut_with_a_warning(workdir, run_dir, tmp_p
     source.write_text("A cat.\n" + " ".join(["house"] * 5000) + "\n", encoding="utf-8")
     target = tmp_path / "out" / "hyp.txt"
     out = _cli(workdir, "translate", "--run", str(run_dir), "--input", str(source),
-               "--output", str(target), "--beam", "1")
+               "--output", str(target), "--beam", "1", "--no-split")
     assert out.returncode == 0, out.stderr
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "line 2" in warnings[0]
@@ -282,7 +284,8 @@ def test_a_line_the_tokenizer_keeps_nothing_of_is_refused_like_an_empty_one(work
     """A zero-width space or control characters leave no subword: the model translated the
     bare end of sentence into a confident sentence, exit 0."""
     lines = "The cat sees a dog.\n\u200b\n\x01\x02\nThe man runs.\n".encode()
-    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", stdin=lines)
+    out = _cli(workdir, "translate", "--run", str(run_dir), "--json", "--no-split",
+               stdin=lines)
     assert out.returncode == 2
     records = [json.loads(r) for r in out.stdout.splitlines()]
     assert [r["source"] is None for r in records] == [False, True, True, False]

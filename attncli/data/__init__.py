@@ -11,6 +11,8 @@ Modules, in reading order:
     chinese_script.py  traditional Chinese converted to simplified where it is read (OpenCC)
     tokenizer.py       SentencePiece: train, save, load (the models' bytes, as they travel
                        and key the caches); encode and decode
+    sentences.py       a text's lines and sentences (split in the source language) and its
+                       layout, rebuilt around translations joined the target's way
     subwords.py        subword regularization: training batches re-segmented by sampling
     batching.py        token-budget batches, padding, and the DataLoader feeding training
     filters.py         the filters of a training corpus (same text, length ratio, script,

@@ -2,7 +2,8 @@
 
 What `attncli translate`, `eval`, `serve` and validation while training share before the
 search: each source is cut to the model's positions (with a warning hook), ends in EOS, and
-goes to `search.translate_ids`.
+goes to `search.translate_ids`. A sentence too long for the model can instead be cut into
+pieces that each fit (`fitting_pieces`), so that none of it is dropped.
 """
 
 from __future__ import annotations
@@ -41,6 +42,54 @@ def encode_sources(tokenizer: Tokenizer, texts: Sequence[str], max_positions: in
 def source_subword_limit(max_positions: int) -> int:
     """The most subwords of a source that are translated (then its EOS)."""
     return max(max_positions - SOURCE_MARGIN, 2) - 1
+
+
+# Where a long sentence is best cut: after a clause mark, else at a space (see fitting_pieces).
+CLAUSE_MARKS = ";:,，；、"
+
+
+def fitting_pieces(sentence: str, tokenizer: Tokenizer, max_positions: int) -> list[str]:
+    """`sentence` cut into pieces that each fit the model's positions (one piece when it fits).
+
+    Each cut is made in the longest start that fits: after its last clause mark (`CLAUSE_MARKS`)
+    when that keeps at least half of it, else at its last space, else (Chinese with neither)
+    after its last character; the pieces, stripped, hold all the sentence's text.
+    """
+    limit = source_subword_limit(max_positions)
+
+    def fits(text: str) -> bool:
+        return len(tokenizer.encode_src([text])[0]) - 1 <= limit
+
+    pieces, rest = [], sentence
+    while not fits(rest):
+        longest = _longest_fitting_start(rest, fits)
+        cut = _cut_point(rest[:longest])
+        if not fits(rest[:cut].strip()):
+            cut = longest
+        pieces.append(rest[:cut].strip())
+        rest = rest[cut:].strip()
+    return [*pieces, rest]
+
+
+def _longest_fitting_start(text: str, fits: Callable[[str], bool]) -> int:
+    """The most characters of `text`'s start that fit (bisection; at least one)."""
+    low, high = 1, len(text)  # text[:high] does not fit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(text[:middle]):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _cut_point(start: str) -> int:
+    """Where to cut within the longest start that fits (see `fitting_pieces`)."""
+    mark = max(start.rfind(m) for m in CLAUSE_MARKS) + 1
+    if mark >= len(start) // 2 and start[:mark].strip():
+        return mark
+    space = max((i for i, c in enumerate(start) if c.isspace()), default=0)
+    return space if start[:space].strip() else len(start)
 
 
 def translate_texts(

@@ -1,4 +1,4 @@
-"""attncli from Python: `Translator`, a trained run that translates lists of sentences.
+"""attncli from Python: `Translator`, a trained run that translates texts.
 
     from attncli import Translator
 
@@ -7,10 +7,13 @@
 
 It puts together, with either engine, the run opened for decoding
 (`runs.trained.load_for_decoding`), sources encoded to fit the model (`decoding.texts`), decoded
-(`runs.trained.decode_ids`) and detokenized. `attncli translate`, `attncli eval` and `attncli
-serve` translate through it too (`encode` and `search`, which leave the reporting of bad
-input to them), so a sentence gets the same translation here as from the command line or the
-server with the same settings.
+(`runs.trained.decode_ids`) and detokenized. Each text is a document by default: split into
+sentences in the source language, every sentence of a call decoded in one batch (a sentence
+met twice, once), and joined back in the text's layout the target language's way
+(`decoding.documents`); `split=False` decodes each text whole, as one sentence. `attncli
+translate`, `attncli eval` and `attncli serve` translate through it too (`encode` and `search`,
+which leave the reporting of bad input to them), so a sentence gets the same translation here
+as from the command line or the server with the same settings.
 
 Threads: a Translator's model is one, so it decodes one call at a time; calls from several
 threads take turns (a lock), which is safe but not faster. Decode in one thread, or give each
@@ -22,14 +25,16 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from attncli.core.config import Config
 from attncli.core.errors import AttncliError
+from attncli.data.sentences import Layout, sentence_joiner
 from attncli.data.tokenizer import NO_TEXT, Tokenizer, text_problem
+from attncli.decoding.documents import plan_documents
 from attncli.decoding.search import Hypothesis, SentenceDone
 from attncli.decoding.texts import TruncateHook, encode_sources
 from attncli.runs.trained import ENGINES, TrainedModel, decode_ids, load_for_decoding
@@ -50,17 +55,24 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Translation:
-    """A sentence's translations, best first (`nbest`), with the best one's parts at hand.
+    """A text's translations, best first (`nbest`), with the best one's parts at hand.
 
     `truncated`: the source was longer than the model's positions and only its start was
-    translated. `attention`: when asked for, the best translation's cross-attention, a float
-    tensor (decoder layers, heads, target subwords + 1 for EOS, source subwords + 1 for EOS).
+    translated (only without splitting: a split text's long sentences are cut into pieces that
+    are each translated). `attention`: when asked for, the best translation's cross-attention, a
+    float tensor (decoder layers, heads, target subwords + 1 for EOS, source subwords + 1 for
+    EOS). `sentences`: a split text's sentences, each a `Translation` with its own n-best,
+    attention and score; a text of several has one candidate, their translations joined in its
+    layout, scored by the mean of theirs weighted by their tokens (EOS included), with their
+    tokens in order, and no attention. A text of one sentence is that sentence's translation
+    (its whitespace kept), with that sentence as its one item of `sentences`.
     """
 
     source: str
     nbest: tuple[Candidate, ...]
     truncated: bool = False
     attention: torch.Tensor | None = None
+    sentences: tuple[Translation, ...] = ()
 
     @property
     def text(self) -> str:
@@ -123,10 +135,29 @@ class Translator:
         return self.trained.tokenizer
 
     def translate(self, texts: Sequence[str], *, beam: int | None = None, nbest: int = 1,
-                  attention: bool = False) -> list[Translation]:
-        """One `Translation` per text, in order; `[]` for `[]`."""
+                  attention: bool = False, split: bool = True) -> list[Translation]:
+        """One `Translation` per text, in order; `[]` for `[]`.
+
+        `split=True`: each text is a document of any length and any lines (blank lines
+        kept); `nbest` and `attention` apply to each sentence. `split=False`:
+        each text is decoded whole, as one sentence, cut to the model's positions."""
         texts = _checked_texts(texts)
         beam = self._checked_search(beam, nbest, attention)
+        if not split:
+            return self._translate_whole(texts, beam, nbest, attention)
+        plan = plan_documents(texts, language=self.source_language, tokenizer=self.tokenizer,
+                              max_positions=self.config.model.max_positions)
+        pieces = self._translate_pieces(plan.pieces, beam, nbest, attention)
+        joiner = sentence_joiner(self.target_language)
+        return [_document(text, layout, [_joined(sentence, [pieces[i] for i in indexes], joiner)
+                                         for sentence, indexes in zip(
+                                             layout.sentences, per_sentence, strict=True)],
+                          joiner)
+                for text, layout, per_sentence in zip(texts, plan.layouts,
+                                                      plan.sentence_pieces, strict=True)]
+
+    def _translate_whole(self, texts: list[str], beam: int, nbest: int, attention: bool
+                         ) -> list[Translation]:
         if not texts:
             return []
         cut: set[int] = set()
@@ -137,6 +168,19 @@ class Translator:
         found = self.search(src_ids, beam=beam, nbest=nbest, attention=attention)
         return [self._translation(text, hypotheses, i in cut, attention)
                 for i, (text, hypotheses) in enumerate(zip(texts, found, strict=True))]
+
+    def _translate_pieces(self, pieces: list[str], beam: int, nbest: int, attention: bool
+                          ) -> list[Translation]:
+        """Each piece's translation; a piece that leaves no subword once tokenized (nothing
+        the model reads) stands for itself, so no text is lost."""
+        src_ids = self.encode(pieces)
+        readable = [i for i, ids in enumerate(src_ids) if len(ids) > 1]
+        found = self.search([src_ids[i] for i in readable], beam=beam, nbest=nbest,
+                            attention=attention) if readable else []
+        translations = [Translation(piece, (Candidate(piece, 0.0, ()),)) for piece in pieces]
+        for i, hypotheses in zip(readable, found, strict=True):
+            translations[i] = self._translation(pieces[i], hypotheses, False, attention)
+        return translations
 
     def encode(self, texts: Sequence[str], on_cut: TruncateHook | None = None
                ) -> list[list[int]]:
@@ -160,15 +204,16 @@ class Translator:
         return self.tokenizer.decode_tgt(hypothesis.tokens)
 
     def translate_iter(self, texts: Iterable[str], *, beam: int | None = None, nbest: int = 1,
-                       attention: bool = False, chunk: int = CHUNK_SENTENCES
-                       ) -> Iterator[Translation]:
-        """`translate` over any iterable (a file's lines, a generator), `chunk` sentences at a
+                       attention: bool = False, chunk: int = CHUNK_SENTENCES,
+                       split: bool = True) -> Iterator[Translation]:
+        """`translate` over any iterable (a file's lines, a generator), `chunk` texts at a
         time, so a large input streams through in bounded memory."""
         if chunk < 1:
-            raise AttncliError(f"chunk {chunk}: expected 1 or more sentences")
+            raise AttncliError(f"chunk {chunk}: expected 1 or more texts")
         iterator = iter(texts)
         while part := list(itertools.islice(iterator, chunk)):
-            yield from self.translate(part, beam=beam, nbest=nbest, attention=attention)
+            yield from self.translate(part, beam=beam, nbest=nbest, attention=attention,
+                                      split=split)
 
     def _checked_search(self, beam: int | None, nbest: int, attention: bool) -> int:
         beam = self.beam if beam is None else beam
@@ -187,6 +232,33 @@ class Translator:
                       for h in hypotheses)
         return Translation(text, nbest, truncated,
                            hypotheses[0].attention if attention else None)
+
+
+def _joined(source: str, parts: list[Translation], joiner: str) -> Translation:
+    """A sentence's translation from those of its pieces (one piece: that piece's)."""
+    if len(parts) == 1:
+        return replace(parts[0], source=source)
+    return Translation(source, (_joined_candidate(joiner.join(p.text for p in parts), parts),))
+
+
+def _document(text: str, layout: Layout, sentences: list[Translation], joiner: str
+              ) -> Translation:
+    """A document's translation from its sentences' (see `Translation`)."""
+    if len(sentences) == 1:
+        (only,) = sentences
+        nbest = tuple(replace(c, text=layout.rebuild([c.text], joiner)) for c in only.nbest)
+        return replace(only, source=text, nbest=nbest, sentences=(only,))
+    joined = layout.rebuild([s.text for s in sentences], joiner)
+    return Translation(text, (_joined_candidate(joined, sentences),),
+                       sentences=tuple(sentences))
+
+
+def _joined_candidate(text: str, parts: Sequence[Translation]) -> Candidate:
+    """One candidate for translations joined: their tokens in order, their scores' mean
+    weighted by each one's tokens and EOS (a score is a mean over those)."""
+    weights = [len(p.tokens) + 1 for p in parts]
+    score = sum(p.score * w for p, w in zip(parts, weights, strict=True)) / sum(weights)
+    return Candidate(text, score, tuple(t for p in parts for t in p.tokens))
 
 
 def _checked_texts(texts: Sequence[str]) -> list[str]:

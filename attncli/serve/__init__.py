@@ -11,6 +11,7 @@ in the order a request meets them:
     pairs.py       the runs served by language pair: which run a request goes to
     batcher.py     the bounded queue and the decoding thread that batches requests together
     translator.py  decoding and attention with a run's model, and what responses hold
+    documents.py   a request's texts as documents: split, decoded as one job, joined back
     static/        the page at / (HTML, CSS, JS; shipped in the package, no CDN, no build)
 
 Starlette, uvicorn and py3langid are the optional extra `serve` (`pip install

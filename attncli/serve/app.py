@@ -37,8 +37,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from attncli.core.errors import AttncliError
-from attncli.data.tokenizer import NO_TEXT
 from attncli.serve.batcher import Batcher, QueueFull
+from attncli.serve.documents import DecodedRequest, native_answers, translated_texts
 from attncli.serve.openapi import openapi_spec
 from attncli.serve.pairs import Pairs, language_name
 from attncli.serve.requests import (
@@ -230,9 +230,9 @@ class Service:
         return fields
 
     async def translate(self, k: int, req: TranslateRequest, request: Request
-                        ) -> tuple[list[list[int]], list[bool], list[Translation]]:
-        """Queue the request for run `k` and wait for its batch: sources, which were cut,
-        translations.
+                        ) -> DecodedRequest:
+        """Split the request's texts into sentences, queue their pieces for run `k` as one job
+        and wait for its batch (see serve/documents.py).
 
         A client that goes away while its job is queued takes the job out of the queue (it
         was decoded for nobody, and held queue places live clients were refused for)."""
@@ -240,17 +240,31 @@ class Service:
         if req.attention and not run.attention:
             raise RequestError(400, "attention: this server runs CTranslate2, which returns no "
                                     "attention weights (serve with --engine torch for them)")
-        src_ids, cut = run.encode(req.texts)
-        for i, ids in enumerate(src_ids):
-            if len(ids) == 1:  # its EOS alone (`_texts` finds most of them from the text)
-                raise RequestError(400, f"{req.text_label(i)}: {NO_TEXT}")
+        plan = run.plan(req.texts)
+        src_ids, _ = run.encode(plan.pieces)
+        readable = [i for i, ids in enumerate(src_ids) if len(ids) > 1]  # more than EOS
+        found: list[Translation | None] = [None] * len(src_ids)
+        if readable:
+            ids = [src_ids[i] for i in readable]
+            future = self._submit(k, req, ids)
+            for i, translation in zip(readable, await self.answer(future, request),
+                                      strict=True):
+                found[i] = translation
+        return DecodedRequest(plan, src_ids, found)
+
+    def _submit(self, k: int, req: TranslateRequest, src_ids: list[list[int]]):
+        """Queue the sentences of a request as one job: a 400 when they alone are more than
+        the queue can ever hold (no retry could help), a 503 while it is too full for them."""
+        if len(src_ids) > self.batcher.max_queue:
+            raise RequestError(400, f"{len(src_ids)} sentences once split, more than the queue "
+                                    f"holds ({self.batcher.max_queue}); send fewer or shorter "
+                                    "texts")
         try:
-            future = self.batcher.submit((k, Settings(req.beam, req.n_best)),
-                                         Work(src_ids, req.attention), len(src_ids),
-                                         max(map(len, src_ids)))
+            return self.batcher.submit((k, Settings(req.beam, req.n_best)),
+                                       Work(src_ids, req.attention), len(src_ids),
+                                       max(map(len, src_ids)))
         except QueueFull as err:
             raise RequestError(503, f"busy: {err}; try again shortly", retry_after=1) from None
-        return (src_ids, cut, await self.answer(future, request))
 
     async def answer(self, future, request: Request) -> list[Translation]:
         """The queued job's translations, once decoded; a 499 if the client went away first,
@@ -319,11 +333,11 @@ class Service:
             k = self.pairs.route(source, target)
         run = self.pairs.runs[k]
         req = libretranslate_request(fields, run.languages, run.beam, self.limits)
-        _, _, found = await self.translate(k, req, request)
-        texts = [[run.text(h) for h in t.hypotheses] for t in found]
-        body: dict[str, Any] = {"translatedText": [t[0] for t in texts]}
+        texts, alternatives = translated_texts(run, await self.translate(k, req, request),
+                                               req.n_best)
+        body: dict[str, Any] = {"translatedText": texts}
         if req.n_best > 1:
-            body["alternatives"] = [t[1:] for t in texts]
+            body["alternatives"] = alternatives
         if detected is not None:
             body["detectedLanguage"] = [detected] * len(texts)
         return JSONResponse({k: v[0] for k, v in body.items()} if req.single else body)
@@ -344,10 +358,8 @@ class Service:
         k = self.pairs.route(*requested_pair(fields))
         run = self.pairs.runs[k]
         req = native_request(fields, run.beam, self.limits, run.languages)
-        src_ids, cut, found = await self.translate(k, req, request)
-        sentences = [run.sentence(*parts)
-                     for parts in zip(req.texts, src_ids, cut, found, strict=True)]
-        return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": sentences})
+        answers = native_answers(run, req.texts, await self.translate(k, req, request))
+        return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": answers})
 
     async def languages(self, request: Request) -> Response:
         return JSONResponse(self.pairs.languages())

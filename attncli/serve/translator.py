@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from attncli.decoding.documents import DocumentPlan, plan_documents
 from attncli.decoding.search import Hypothesis
 from attncli.model.attention_maps import attention_maps
 from attncli.model.build import build_model
@@ -74,6 +75,12 @@ class ServedRun:
         self.beam = translator.beam
         self.attention = self.trained.engine is None  # CTranslate2 hands out no weights
         self.description = self._describe()
+
+    def plan(self, texts: Sequence[str]) -> DocumentPlan:
+        """The texts split into sentences in the run's source language, cut into pieces that
+        fit its model: what a request decodes (see serve/documents.py)."""
+        return plan_documents(texts, language=self.languages[0], tokenizer=self.tokenizer,
+                              max_positions=self.config.model.max_positions)
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Source ids (ending in EOS) and, per text, whether it was cut to fit the model."""
