@@ -137,3 +137,23 @@ def test_markup_in_a_link_is_shown_as_text_and_runs_nothing(server, browser):
     heads = [c.get_attribute("textContent") for c in
              browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th.col")]
     assert heads == _api(server, text)["source_pieces"]  # labels are text, as sent
+
+
+def test_two_typed_paragraphs_are_both_translated_and_kept_apart(server, browser):
+    """The box goes as one text: the server splits it, the page shows its paragraphs as typed
+    and offers each sentence's attention."""
+    from selenium.webdriver.common.by import By
+
+    text = "A dog runs in the park.\n\nTwo men play football."
+    browser.get(server.url + "/")
+    _wait(browser, lambda: "step-40" in _by_id(browser, "model").text)
+    _by_id(browser, "source").clear()
+    _by_id(browser, "source").send_keys(text)
+    _by_id(browser, "translate").click()
+    _wait(browser, lambda: _cells(browser) and "2 sentences" in _by_id(browser, "status").text)
+    expected = _api(server, text)
+    first, second = (s["hypotheses"][0]["text"] for s in expected["sentences"])
+    assert _output(browser) == expected["hypotheses"][0]["text"] == f"{first}\n\n{second}"
+    options = browser.find_elements(By.CSS_SELECTOR, "#sentence option")
+    assert [o.get_attribute("textContent") for o in options] == [
+        "1: A dog runs in the park.", "2: Two men play football."]

@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORE = "attncli-api-key";
-const state = { model: null, runs: [], result: null, kind: "cross", sentence: 0 };
+const state = { model: null, runs: [], result: null, sentences: [], kind: "cross", sentence: 0 };
 
 // viridis, as the PNG heatmaps of `attncli translate --attention-png` use
 const STOPS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -69,8 +69,10 @@ async function loadModel() {
 }
 
 async function translate() {
-  const texts = $("source").value.split("\n").map((t) => t.trim()).filter((t) => t);
-  if (!texts.length) { setStatus("Type a sentence first.", true); return; }
+  // the box as one text: the server splits it into sentences and keeps its paragraphs
+  const source = $("source").value;
+  if (!source.trim()) { setStatus("Type a sentence first.", true); return; }
+  const texts = [source];
   const nbest = Math.max(1, Number($("nbest").value) || 1);
   const beam = Math.max(nbest, Number($("beam").value) || state.model.beam);
   const body = { text: texts, beam, n_best: nbest, attention: state.model.attention,
@@ -92,10 +94,12 @@ async function translate() {
     }
     if ($("key").value) sessionStorage.setItem(KEY_STORE, $("key").value);
     const seconds = ((performance.now() - started) / 1000).toFixed(2);
-    setStatus(`${texts.length} sentence${texts.length > 1 ? "s" : ""}, beam ${beam}, ${seconds} s`);
-    history.replaceState(null, "", `?q=${encodeURIComponent($("source").value)}`);
     state.result = answer;
+    state.sentences = answer.translations.flatMap((t) => t.sentences);
     state.sentence = 0;
+    const count = state.sentences.length;
+    setStatus(`${count} sentence${count > 1 ? "s" : ""}, beam ${beam}, ${seconds} s`);
+    history.replaceState(null, "", `?q=${encodeURIComponent(source)}`);
     showOutput(answer);
     showAttention();
   } catch (err) {
@@ -105,13 +109,16 @@ async function translate() {
   }
 }
 
+// The joined translation with its paragraphs as typed; with n-best, each sentence's list.
 function showOutput(answer) {
   const out = $("output");
   out.replaceChildren();
-  for (const sentence of answer.translations) {
+  for (const text of answer.translations) {
     const line = el("div", undefined, "line");
-    line.append(el("div", sentence.hypotheses[0].text, "best"));
-    if (sentence.hypotheses.length > 1) {
+    line.append(el("div", text.hypotheses[0].text, "best"));
+    for (const sentence of text.sentences) {
+      if (sentence.hypotheses.length < 2) continue;
+      if (text.sentences.length > 1) line.append(el("div", sentence.source, "sentence-source"));
       const list = el("ol", undefined, "nbest");
       for (const h of sentence.hypotheses) {
         const item = el("li", h.text);
@@ -135,12 +142,12 @@ function fillSelect(select, options, chosen) {
 
 function showAttention() {
   const panel = $("attention");
-  const sentence = state.result && state.result.translations[state.sentence];
+  const sentence = state.result && state.sentences[state.sentence];
   if (!state.model.attention || !sentence || !sentence.attention) { panel.hidden = true; return; }
   panel.hidden = false;
-  const count = state.result.translations.length;
+  const count = state.sentences.length;
   $("sentence-row").hidden = count < 2;
-  fillSelect($("sentence"), state.result.translations.map((s, i) => [i, `${i + 1}: ${s.source}`]),
+  fillSelect($("sentence"), state.sentences.map((s, i) => [i, `${i + 1}: ${s.source}`]),
     state.sentence);
   const layers = state.kind === "encoder" ? state.model.layers.encoder : state.model.layers.decoder;
   const layer = Math.min(Number($("layer").value || layers - 1), layers - 1);
@@ -175,7 +182,7 @@ function weightsOf(sentence) {
 }
 
 function drawHeatmap() {
-  const sentence = state.result.translations[state.sentence];
+  const sentence = state.sentences[state.sentence];
   const { rows, cols } = labels(sentence);
   const weights = weightsOf(sentence);
   const which = $("head").value === "mean" ? "mean of heads" : `head ${$("head").value}`;
