@@ -158,3 +158,23 @@ def test_paragraphs_and_the_options_that_translate_lines_whole(served_run, trans
     out = _cli(served_run, "--no-split", "A dog runs. A cat sleeps.")
     assert out.stdout.strip() == translator.translate(["A dog runs. A cat sleeps."],
                                                       split=False)[0].text
+
+
+@pytest.mark.parametrize(("language", "text", "sentences"), [
+    ("de", "Am 3. Okt. 2020 kam er an. Dann ging er.",
+     ["Am 3. Okt. 2020 kam er an.", "Dann ging er."]),
+    ("de", "Im 19. Jahrhundert war das so. Heute nicht.",
+     ["Im 19. Jahrhundert war das so.", "Heute nicht."]),
+    ("de", "Er liebt mich. Sie nicht.", ["Er liebt mich.", "Sie nicht."]),
+    ("de", "Er mag Obst, z. B. Äpfel. Sie nicht.", ["Er mag Obst, z. B. Äpfel.", "Sie nicht."]),
+    ("en", "Help me. I am lost.", ["Help me.", "I am lost."]),
+    ("en", "Dr. Smith is here. He lives in the U.S. now. It costs 3.5 euros.",
+     ["Dr. Smith is here.", "He lives in the U.S. now.", "It costs 3.5 euros."]),
+    ("en", '"Hi!" she said. "Go."', ['"Hi!" she said.', '"Go."']),
+    ("zh", "“你好！”他说。我笑了。", ["“你好！”他说。", "我笑了。"]),
+    ("zh", "你是谁?我是汤姆。", ["你是谁?", "我是汤姆。"]),
+])
+def test_the_splitter_with_its_fix_ups_on_the_hand_cases(language, text, sentences):
+    """sentencex cuts the first, second, third, fifth and eighth of these wrongly on its own
+    (docs/sentence-splitting.md); attncli's fix-ups mend them."""
+    assert split_text(text, language).sentences == sentences

@@ -8,16 +8,18 @@ its trailing whitespace; once the sentences are translated, `Layout.rebuild` put
 together around them, joining the sentences of a line the *target* language's way: nothing
 between Chinese or Japanese sentences, one space between those of other languages.
 
-The splitter is sentencex (Wikimedia's rule-based splitter, language-aware abbreviations, no
-model to download); why it and not another: docs/sentence-splitting.md.
+The splitter is sentencex (Wikimedia's rule-based splitter: language-aware abbreviation lists,
+nothing to download), with three fix-ups for what it gets wrong on our data; why it and not
+another, and where it still fails: docs/sentence-splitting.md.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sentencex import segment
+from sentencex import get_sentence_boundaries
 
 from attncli.core.text import base_language
 from attncli.data.tokenizer import no_visible_text
@@ -84,22 +86,78 @@ def _split_line(line: str, language: str) -> Line:
 def split_sentences(content: str, language: str) -> list[str]:
     """The sentences of one line of `language` with no leading or trailing whitespace, in
     order, each stripped; the whitespace between them is dropped (the joiner replaces it)."""
-    found: list[str] = []
-    position = 0
-    for piece in segment(base_language(language), content):
-        piece = piece.strip()
-        if not piece:
-            continue
-        at = content.find(piece, position)
-        if at < 0:  # the splitter changed the text: keep the line whole rather than lose any
-            return [content]
-        if at > position and content[position:at].strip():  # text between pieces: keep it
-            found.append(content[position:at].strip())
-        found.append(piece)
-        position = at + len(piece)
-    if content[position:].strip():
-        found.append(content[position:].strip())
-    return found or [content]
+    found = [content[start:end].strip() for start, end in sentence_spans(content, language)]
+    return [sentence for sentence in found if sentence] or [content]
+
+
+Span = tuple[int, int]
+
+
+def sentence_spans(text: str, language: str) -> list[Span]:
+    """(start, end) of each sentence of `text` (each with the whitespace after it): sentencex's
+    cuts, less those `_keep_together` rejects, plus those of `_MISSED_END`."""
+    code = base_language(language)
+    spans = [(b["start_index"], b["end_index"]) for b in get_sentence_boundaries(code, text)
+             if text[b["start_index"]:b["end_index"]].strip()]
+    return fixup_cuts(code, text, spans)
+
+
+# Where sentencex is wrong on our data (docs/sentence-splitting.md): German ordinals and month
+# abbreviations taken for sentence ends ("im 19. Jahrhundert", "am 3. Okt. 2020"); a speech tag
+# cut from the quote before it ("“你好！”他说。"); everyday words its lists hold as abbreviations
+# (Me. for Maine, Ill., No.; German mich., mag.), after which it missed "Help me. I am lost."
+_DE_ORDINAL_BEFORE = re.compile(
+    r"(?:(?:^|\s)(?:am|im|vom|zum|beim|ins|seit|der|die|das|den|dem|des|zur|ein|eine[mnrs]?|"
+    r"(?:[dms]ein|ihr|unser|eu[e]?r)e?[mnrs]?|späten|frühen)|\d\.\s+(?:und|bis|oder))"
+    r"\s+\d{1,3}\.$",
+    re.IGNORECASE)
+_DE_MONTH = re.compile(r"(?:Jan|Feb|Mär|Apr|Jun|Jul|Aug|Sep|Sept|Okt|Nov|Dez)\.$")
+_ZH_SAY = re.compile(r"[说說道问問喊叫答]")
+_CLOSERS, _OPENERS = set("\"'”’」』）)》"), set("\"'“‘「『（(《„")
+_MISSED_END = {"en": re.compile(r"\b(?:me|ill|no)\.\s+(?=[A-Z])"),
+               "de": re.compile(r"\b(?:mich|mag)\.\s+(?=[A-ZÄÖÜ])")}
+
+
+def _keep_together(code: str, before: str, after: str) -> bool:
+    """Whether the cut between two pieces (stripped) is wrong: a German ordinal or month
+    abbreviation before it; or a closing quote after ! or ? before it and a speech tag after
+    it (in Chinese a short piece with a verb of saying, elsewhere one in lower case)."""
+    if not before or not after:
+        return False
+    if code == "de" and (_DE_ORDINAL_BEFORE.search(" " + before) or _DE_MONTH.search(before)):
+        return True
+    if not (len(before) > 1 and before[-1] in _CLOSERS and before[-2] in "!?！？"):
+        return False
+    if code == "zh":
+        return len(after) <= 12 and after[0] not in _OPENERS and bool(_ZH_SAY.search(after))
+    return after[0].islower()
+
+
+def _added_cuts(code: str, text: str, spans: list[Span]) -> list[Span]:
+    """The spans, each cut again after a `_MISSED_END` match inside it."""
+    rule = _MISSED_END.get(code)
+    if rule is None:
+        return spans
+    out: list[Span] = []
+    for start, end in spans:
+        for match in rule.finditer(text, start, end):
+            out.append((start, match.end()))
+            start = match.end()
+        out.append((start, end))
+    return out
+
+
+def fixup_cuts(code: str, text: str, spans: list[Span]) -> list[Span]:
+    """sentencex's spans of `text` in the base language `code`, with the cuts `_keep_together`
+    rejects removed (their pieces merged) and those of `_added_cuts` added."""
+    out: list[Span] = []
+    for start, end in _added_cuts(code, text, spans):
+        if out and _keep_together(code, text[out[-1][0]:out[-1][1]].strip(),
+                                  text[start:end].strip()):
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
 def join_wrapped(text: str, language: str) -> str:
