@@ -327,7 +327,7 @@ class Result:
     pool_rec: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
-def measure(name: str, dist: str, make: Maker, lost: list[int], repeats: int,
+def measure(name: str, dist: str, make: Maker, lost: list[int], *, repeats: int,
             pool: bool = False) -> Result:
     """Every measurement of one candidate."""
     t0 = time.perf_counter()
@@ -434,7 +434,7 @@ def main() -> None:
         except metadata.PackageNotFoundError:
             missing.append(name)
             continue
-        results.append(measure(name, dist, make, lost, args.repeats, args.pool))
+        results.append(measure(name, dist, make, lost, repeats=args.repeats, pool=args.pool))
     print(table(results))
     if args.pool:
         print("\ncuts after a number or abbreviation in Tatoeba train (en / de): "

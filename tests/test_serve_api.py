@@ -153,8 +153,10 @@ BAD = {
                        "did you mean n_best"),
     "alternatives too many": ("/translate", {"q": "hi", "source": "en", "target": "de",
                                              "alternatives": 50}, 400, "out of range"),
-    "html": ("/translate", {"q": "hi", "source": "en", "target": "de", "format": "html"}, 400,
-             "html is not yet"),
+    "xml": ("/translate", {"q": "hi", "source": "en", "target": "de", "format": "xml"}, 400,
+            "format: 'xml' is not supported (text or html)"),
+    "html over the characters": ("/v1/translate", {"text": ["<p>" + "a " * 150 + "</p>"],
+                                                    "format": "html"}, 400, "at most 300"),
     "another pair": ("/translate", {"q": "hi", "source": "fr", "target": "de"}, 400,
                      "translates en->de only"),
     "no target": ("/translate", {"q": "hi", "source": "en"}, 400, "target: missing"),
@@ -244,3 +246,29 @@ def test_the_page_is_served_with_a_strict_policy(server):
     assert server.request("/static/app.js").status == 200
     same_page = server.request("/static/index.html")  # the page again: with its policy too
     assert "frame-ancestors 'none'" in same_page.headers["content-security-policy"]
+
+
+def test_a_text_of_paragraphs_keeps_them_through_libretranslates_client(server):
+    from libretranslatepy import LibreTranslateAPI
+
+    text = "A dog runs. Two men play.\n\nA cat sleeps."
+    translated = LibreTranslateAPI(server.url + "/", api_key=KEY).translate(text, "en", "de")
+    native = _post(server, "/v1/translate", {"text": [text]})["translations"][0]
+    first, second, third = (s["hypotheses"][0]["text"] for s in native["sentences"])
+    assert translated == native["hypotheses"][0]["text"] == f"{first} {second}\n\n{third}"
+    assert [s["source"] for s in native["sentences"]] == ["A dog runs.", "Two men play.",
+                                                          "A cat sleeps."]
+    assert len(native["hypotheses"]) == 1 and "attention" not in native
+
+
+def test_html_keeps_its_markup_and_leaves_scripts_as_they_are(server):
+    page = "<p>Hello, <b>how are you</b>?</p><script>x()</script>"
+    answer = _post(server, "/translate", {"q": page, "source": "en", "target": "de",
+                                          "format": "html"})["translatedText"]
+    assert answer.startswith("<p>") and answer.endswith("</p><script>x()</script>")
+    assert answer.count("<b>") == answer.count("</b>") == 1
+    native = _post(server, "/v1/translate", {"text": [page], "format": "html"})
+    (one,) = native["translations"]
+    assert one["hypotheses"][0]["text"] == answer and one["source"] == page
+    assert [s["source"] for s in one["sentences"]] == ["Hello, how are you?"]
+    assert all("attention" not in s for s in one["sentences"])  # taken to place tags only

@@ -12,6 +12,8 @@ in the order a request meets them:
     batcher.py     the bounded queue and the decoding thread that batches requests together
     translator.py  decoding and attention with a run's model, and what responses hold
     documents.py   a request's texts as documents: split, decoded as one job, joined back
+    markup.py      "format": "html": a page's blocks of text, and the page rebuilt around
+                   their translations, inline tags placed by the model's cross-attention
     static/        the page at / (HTML, CSS, JS; shipped in the package, no CDN, no build)
 
 Starlette, uvicorn and py3langid are the optional extra `serve` (`pip install

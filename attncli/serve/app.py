@@ -23,7 +23,7 @@ import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,14 @@ from starlette.staticfiles import StaticFiles
 
 from attncli.core.errors import AttncliError
 from attncli.serve.batcher import Batcher, QueueFull
-from attncli.serve.documents import DecodedRequest, native_answers, translated_texts
+from attncli.serve.documents import (
+    DecodedRequest,
+    native_answers,
+    native_pages,
+    translated_pages,
+    translated_texts,
+)
+from attncli.serve.markup import HtmlDocument, parse_html
 from attncli.serve.openapi import openapi_spec
 from attncli.serve.pairs import Pairs, language_name
 from attncli.serve.requests import (
@@ -53,7 +60,7 @@ from attncli.serve.requests import (
     requested_pair,
     texts_of,
 )
-from attncli.serve.translator import Settings, Translation, Work
+from attncli.serve.translator import ServedRun, Settings, Translation, Work
 
 STATIC = Path(__file__).parent / "static"
 # The page runs its own script and style only, and talks to this server only.
@@ -252,6 +259,22 @@ class Service:
                 found[i] = translation
         return DecodedRequest(plan, src_ids, found)
 
+    async def translate_pages(self, k: int, req: TranslateRequest, request: Request
+                              ) -> list[str]:
+        """HTML texts translated block by block, each page rebuilt (serve/markup.py)."""
+        run = self.pairs.runs[k]
+        pages = [parse_html(text) for text in req.texts]
+        decoded = await self.translate(k, self._blocks(req, pages, run), request)
+        return translated_pages(run, pages, decoded)
+
+    @staticmethod
+    def _blocks(req: TranslateRequest, pages: list[HtmlDocument], run: ServedRun
+                ) -> TranslateRequest:
+        """The request for the pages' blocks of text, with the cross-attention that places
+        their inline tags where the engine gives it."""
+        return replace(req, texts=[block.text for page in pages for block in page.blocks],
+                       attention=req.attention or run.attention)
+
     def _submit(self, k: int, req: TranslateRequest, src_ids: list[list[int]]):
         """Queue the sentences of a request as one job: a 400 when they alone are more than
         the queue can ever hold (no retry could help), a 503 while it is too full for them."""
@@ -333,8 +356,12 @@ class Service:
             k = self.pairs.route(source, target)
         run = self.pairs.runs[k]
         req = libretranslate_request(fields, run.languages, run.beam, self.limits)
-        texts, alternatives = translated_texts(run, await self.translate(k, req, request),
-                                               req.n_best)
+        if req.html:  # LibreTranslate gives no alternatives for HTML either
+            texts = await self.translate_pages(k, req, request)
+            alternatives = [[] for _ in texts]
+        else:
+            texts, alternatives = translated_texts(run, await self.translate(k, req, request),
+                                                   req.n_best)
         body: dict[str, Any] = {"translatedText": texts}
         if req.n_best > 1:
             body["alternatives"] = alternatives
@@ -358,7 +385,12 @@ class Service:
         k = self.pairs.route(*requested_pair(fields))
         run = self.pairs.runs[k]
         req = native_request(fields, run.beam, self.limits, run.languages)
-        answers = native_answers(run, req.texts, await self.translate(k, req, request))
+        if req.html:
+            pages = [parse_html(text) for text in req.texts]
+            decoded = await self.translate(k, self._blocks(req, pages, run), request)
+            answers = native_pages(run, pages, req.texts, decoded, attention=req.attention)
+        else:
+            answers = native_answers(run, req.texts, await self.translate(k, req, request))
         return JSONResponse({"beam": req.beam, "n_best": req.n_best, "translations": answers})
 
     async def languages(self, request: Request) -> Response:

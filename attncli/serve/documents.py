@@ -8,7 +8,9 @@ together here: LibreTranslate's `/translate` gets each text's translation joined
 hypothesis of each of its sentences, then LibreTranslate drops those equal to the translation
 or to an earlier one); `/v1/translate` gets today's object for the joined translation (one
 hypothesis, no attention) with `sentences`, one such object per sentence with its n-best and
-attention.
+attention. A request in HTML (`"format": "html"`) is translated block by block (serve/markup.py):
+each page's blocks of text are the texts above, and the page is rebuilt around their
+translations, its inline tags placed by the model's cross-attention.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from typing import Any
 
 from attncli.data.sentences import sentence_joiner
 from attncli.decoding.documents import DocumentPlan
+from attncli.serve.markup import (
+    BlockTranslation,
+    HtmlDocument,
+    char_alignment,
+    head_mean,
+    join_alignments,
+)
 from attncli.serve.translator import ServedRun, Translation
 
 END = "</s>"
@@ -114,3 +123,59 @@ def _joined(parts: list[dict[str, Any]], source: str, joiner: str) -> dict[str, 
 
 def _without_end(lists: Any) -> list[str]:
     return [piece for pieces in lists for piece in pieces[:-1]]
+
+
+def translated_pages(run: ServedRun, pages: list[HtmlDocument], decoded: DecodedRequest
+                     ) -> list[str]:
+    """Each page rebuilt around its blocks' translations (`decoded` holds the blocks of every
+    page, in order), inline tags placed by the model's cross-attention where it was taken."""
+    texts, _ = translated_texts(run, decoded, 1)
+    rebuilt, block = [], 0
+    for page in pages:
+        translations = []
+        for source in page.blocks:
+            alignment = _block_alignment(run, decoded, block, source.text, texts[block])
+            translations.append(BlockTranslation(texts[block], alignment))
+            block += 1
+        rebuilt.append(page.rebuild(translations))
+    return rebuilt
+
+
+def _block_alignment(run: ServedRun, decoded: DecodedRequest, block: int, source: str,
+                     target: str) -> list[tuple[int, int]]:
+    """A block's character alignment from its pieces' cross-attention (none without it)."""
+    parts = []
+    for pieces in decoded.plan.sentence_pieces[block]:
+        for i in pieces:
+            found = decoded.found[i]
+            if found is None or found.attention is None:
+                continue
+            best, piece = found.hypotheses[0], decoded.plan.pieces[i]
+            text = run.text(best)
+            pairs = char_alignment(piece, run.tokenizer.src_pieces(decoded.src_ids[i]), text,
+                                   run.tokenizer.tgt_pieces(best.tokens),
+                                   attention=head_mean(found.attention["cross"]))
+            parts.append((piece, text, pairs))
+    return join_alignments(source, target, parts)
+
+
+def native_pages(run: ServedRun, pages: list[HtmlDocument], html: list[str],
+                 decoded: DecodedRequest, *, attention: bool) -> list[dict[str, Any]]:
+    """Each page's /v1/translate object: the page translated (one hypothesis), and the
+    sentences of its blocks (their attention only when the request asked for it)."""
+    blocks = native_answers(run, [b.text for page in pages for b in page.blocks], decoded)
+    joiner = sentence_joiner(run.languages[1])
+    answers, taken = [], 0
+    for source, page, translated in zip(html, pages, translated_pages(run, pages, decoded),
+                                        strict=True):
+        mine = blocks[taken:taken + len(page.blocks)]
+        taken += len(page.blocks)
+        sentences = [s if attention else {k: v for k, v in s.items() if k != "attention"}
+                     for block in mine for s in block["sentences"]]
+        whole = _joined(sentences, source, joiner) if sentences else {
+            "source": source, "source_pieces": [END], "truncated": False,
+            "hypotheses": [{"text": translated, "score": 0.0, "pieces": [END]}]}
+        whole = {k: v for k, v in whole.items() if k != "attention"}
+        whole["hypotheses"] = [dict(whole["hypotheses"][0], text=translated)]
+        answers.append({**whole, "sentences": sentences})
+    return answers

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attncli.serve.requests import Limits
+from attncli.serve.requests import FORMATS, Limits
 
 _ERROR = {"type": "object", "required": ["error"],
           "properties": {"error": {"type": "string", "pattern": "^[^\\n]*$",
@@ -48,7 +48,7 @@ def _libretranslate(limits: Limits, codes: list[str]) -> dict[str, Any]:
         "source": {**language, "enum": [*codes, "auto"],
                    "description": "the text's language, or auto (detected)"},
         "target": language,
-        "format": {"type": "string", "enum": ["text"]},
+        "format": {"type": "string", "enum": list(FORMATS)},
         "alternatives": {"type": "integer", "minimum": 0, "maximum": limits.max_beam - 1},
         "api_key": {"type": "string"}}}
     answer = {"type": "object", "required": ["translatedText"], "properties": {
@@ -78,6 +78,7 @@ def _native(limits: Limits, codes: list[str]) -> dict[str, Any]:
                    "beam": {"type": "integer", "minimum": 1, "maximum": limits.max_beam},
                    "n_best": {"type": "integer", "minimum": 1, "maximum": limits.max_beam},
                    "attention": {"type": "boolean"},
+                   "format": {"type": "string", "enum": list(FORMATS)},
                    "source": {"type": "string", "enum": codes},
                    "target": {"type": "string", "enum": codes},
                    "api_key": {"type": "string"}}}

@@ -1,12 +1,12 @@
 """What a client may ask, checked: request bodies become typed requests or one-line errors.
 
 Two shapes come in. LibreTranslate's (``POST /translate``), so that its existing clients work:
-``{"q": str | [str], "source": "en", "target": "de", "format": "text", "alternatives": N,
-"api_key": ...}``, as JSON or as a form (libretranslatepy posts forms). And attncli's own
-(``POST /v1/translate``): ``{"text": [str], "beam": int, "n_best": int, "attention": bool,
-"source": "en", "target": "de"}`` (the pair is needed only when the server serves several runs),
-where a misspelt field is an error that names the right one, since a silently ignored
-``nbest`` would look like a wrong answer.
+``{"q": str | [str], "source": "en", "target": "de", "format": "text" | "html",
+"alternatives": N, "api_key": ...}``, as JSON or as a form (libretranslatepy posts forms). And
+attncli's own (``POST /v1/translate``): ``{"text": [str], "beam": int, "n_best": int,
+"attention": bool, "format": "text" | "html", "source": "en", "target": "de"}`` (the pair is
+needed only when the server serves several runs), where a misspelt field is an error that names
+the right one, since a silently ignored ``nbest`` would look like a wrong answer.
 
 Every problem is a `RequestError`: an HTTP status and one line for ``{"error": ...}``.
 """
@@ -60,6 +60,7 @@ class TranslateRequest:
     auto_source: bool = False  # LibreTranslate's source was "auto"
     api_key: str | None = None
     field: str = "q"  # the body's field that held the texts, for errors that name one
+    html: bool = False  # "format": "html": the texts are HTML (serve/markup.py)
 
     def text_label(self, i: int) -> str:
         """How an error names text i: `q` for a string, `q[2]` in a list (as `_texts` does)."""
@@ -211,15 +212,23 @@ def libretranslate_request(fields: dict[str, Any], languages: tuple[str, str], b
             or base_language(target) != base_language(languages[1]):
         raise RequestError(400, f"{source}->{target}: this model translates "
                                 f"{languages[0]}->{languages[1]} only")
-    fmt = _optional_string(fields, "format") or "text"
-    if fmt != "text":
-        raise RequestError(400, f"format: {fmt!r} is not supported (only 'text'"
-                                f"{'; html is not yet' if fmt == 'html' else ''})")
     alternatives = _integer(fields, "alternatives", 0, low=0, high=limits.max_beam - 1,
                             strings=True)
     return TranslateRequest(texts, max(beam, alternatives + 1), alternatives + 1,
                             single=isinstance(fields["q"], str), auto_source=auto,
-                            api_key=_optional_string(fields, "api_key"))
+                            api_key=_optional_string(fields, "api_key"),
+                            html=_is_html(fields))
+
+
+# The formats a text may come in: plain text, or HTML whose text is translated (serve/markup.py).
+FORMATS = ("text", "html")
+
+
+def _is_html(fields: dict[str, Any]) -> bool:
+    fmt = _optional_string(fields, "format") or "text"
+    if fmt not in FORMATS:
+        raise RequestError(400, f"format: {fmt!r} is not supported (text or html)")
+    return fmt == "html"
 
 
 def _check_pair(source: str | None, target: str | None, languages: tuple[str, str]) -> None:
@@ -230,7 +239,8 @@ def _check_pair(source: str | None, target: str | None, languages: tuple[str, st
                                 f"model translates {languages[0]}->{languages[1]} only")
 
 
-NATIVE_FIELDS = ("text", "beam", "n_best", "attention", "source", "target", "api_key")
+NATIVE_FIELDS = ("text", "beam", "n_best", "attention", "format", "source", "target",
+                 "api_key")
 
 
 def check_native_fields(fields: dict[str, Any]) -> None:
@@ -258,4 +268,5 @@ def native_request(fields: dict[str, Any], beam: int, limits: Limits,
         raise RequestError(400, f"attention: must be true or false, not {_type(attention)}")
     return TranslateRequest(texts, beam, n_best, attention,
                             single=isinstance(fields["text"], str),
-                            api_key=_optional_string(fields, "api_key"), field="text")
+                            api_key=_optional_string(fields, "api_key"), field="text",
+                            html=_is_html(fields))
