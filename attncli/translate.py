@@ -312,11 +312,7 @@ def _translate_and_write(translator: Translator, chunk: list[_Input], out: TextI
     found = _translate_chunk(translator, good, beam=beam, nbest=nbest,
                              need_attention=view.wanted) if good else {}
     for item in chunk:
-        if item.problem is not None:
-            _write_failure(item, out, options)
-            continue
-        if item.blank:
-            _write_as_it_is(item, out, options)
+        if _written_untranslated(item, out, options):
             continue
         ids, hyps = found[item.number]
         hyp_texts = [translator.detokenize(h) for h in hyps]
@@ -338,11 +334,7 @@ def _write_documents(translator: Translator, chunk: list[_Input], out: TextIO, *
                      translator.translate([item.text for item in good], beam=beam),
                      strict=True)) if good else {}
     for item in chunk:
-        if item.problem is not None:
-            _write_failure(item, out, options)
-            continue
-        if item.blank:
-            _write_as_it_is(item, out, options)
+        if _written_untranslated(item, out, options):
             continue
         done = found[item.number]
         if options.json_out:
@@ -357,20 +349,23 @@ def _write_documents(translator: Translator, chunk: list[_Input], out: TextIO, *
     return sum(item.problem is not None for item in chunk)
 
 
-def _write_failure(item: _Input, out: TextIO, options: TranslateOptions) -> None:
-    print(f"error: {item.label}: {item.problem}", file=sys.stderr)
-    if (line := _failure_line(item, options.nbest, options.json_out)) is not None:
-        out.write(line + "\n")
-
-
-def _write_as_it_is(item: _Input, out: TextIO, options: TranslateOptions) -> None:
-    """A line with nothing to translate, when splitting: written as it is."""
+def _written_untranslated(item: _Input, out: TextIO, options: TranslateOptions) -> bool:
+    """Whether the input was one not to translate, and its place in the output written: a bad
+    input (said on stderr too), or a blank one when splitting (written as it is)."""
+    if item.problem is not None:
+        print(f"error: {item.label}: {item.problem}", file=sys.stderr)
+        if (line := _failure_line(item, options.nbest, options.json_out)) is not None:
+            out.write(line + "\n")
+        return True
+    if not item.blank:
+        return False
     if options.json_out:
         out.write(stdout_json({"line": item.number, "source": item.text,
                                "hypotheses": [item.text], "scores": [0.0],
                                "sentences": []}) + "\n")
     elif options.nbest == 1:
         out.write(item.text + "\n")
+    return True
 
 
 class _SeveralSentencesNote:

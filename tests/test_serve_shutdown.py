@@ -12,8 +12,11 @@ from serving import Server
 
 pytest.importorskip("starlette")
 
-TEXTS = ["The woman paints a small boat in the park.", "A child carries the green tree.",
-         "The worker likes a white bike at the beach.", "A girl holds the big house."] * 4
+# 16 different sentences: a request's repeated sentences would be decoded once
+TEXTS = [f"{subject} {verb} the {thing}."
+         for subject in ("The woman", "A child", "The worker", "A girl")
+         for verb, thing in (("paints", "small boat in the park"), ("carries", "green tree"),
+                             ("likes", "white bike at the beach"), ("holds", "big house"))]
 REQUESTS = 12
 
 

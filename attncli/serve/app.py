@@ -409,8 +409,9 @@ class Service:
 
     async def spec(self, request: Request) -> Response:
         """GET /spec: the API in OpenAPI 3.0 (`openapi.py`)."""
-        codes = [language["code"] for language in self.pairs.languages()]
-        return JSONResponse(openapi_spec(self.limits, codes))
+        sources, targets = ([*dict.fromkeys(run.languages[side] for run in self.pairs.runs)]
+                            for side in (0, 1))
+        return JSONResponse(openapi_spec(self.limits, sources=sources, targets=targets))
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", **self.batcher.stats()})

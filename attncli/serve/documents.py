@@ -134,14 +134,15 @@ def translated_pages(run: ServedRun, pages: list[HtmlDocument], decoded: Decoded
     for page in pages:
         translations = []
         for source in page.blocks:
-            alignment = _block_alignment(run, decoded, block, source.text, texts[block])
+            alignment = _block_alignment(run, decoded, block, source=source.text,
+                                         target=texts[block])
             translations.append(BlockTranslation(texts[block], alignment))
             block += 1
         rebuilt.append(page.rebuild(translations))
     return rebuilt
 
 
-def _block_alignment(run: ServedRun, decoded: DecodedRequest, block: int, source: str,
+def _block_alignment(run: ServedRun, decoded: DecodedRequest, block: int, *, source: str,
                      target: str) -> list[tuple[int, int]]:
     """A block's character alignment from its pieces' cross-attention (none without it)."""
     parts = []

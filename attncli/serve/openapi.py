@@ -41,13 +41,12 @@ def _answer(schema: dict[str, Any], description: str) -> dict[str, Any]:
                     "content": {"application/json": {"schema": schema}}}, **_REFUSALS}
 
 
-def _libretranslate(limits: Limits, codes: list[str]) -> dict[str, Any]:
-    language = {"type": "string", "description": "a language code", "enum": codes}
+def _libretranslate(limits: Limits, sources: list[str], targets: list[str]) -> dict[str, Any]:
     request = {"type": "object", "required": ["q", "source", "target"], "properties": {
         "q": _texts(limits, "the text(s) to translate"),
-        "source": {**language, "enum": [*codes, "auto"],
+        "source": {"type": "string", "enum": [*sources, "auto"],
                    "description": "the text's language, or auto (detected)"},
-        "target": language,
+        "target": {"type": "string", "description": "a language code", "enum": targets},
         "format": {"type": "string", "enum": list(FORMATS)},
         "alternatives": {"type": "integer", "minimum": 0, "maximum": limits.max_beam - 1},
         "api_key": {"type": "string"}}}
@@ -71,7 +70,7 @@ def _detect(limits: Limits) -> dict[str, Any]:
                      "responses": _answer(answer, "the likeliest languages, best first")}}
 
 
-def _native(limits: Limits, codes: list[str]) -> dict[str, Any]:
+def _native(limits: Limits, sources: list[str], targets: list[str]) -> dict[str, Any]:
     request = {"type": "object", "required": ["text"], "additionalProperties": False,
                "properties": {
                    "text": _texts(limits, "the text(s) to translate"),
@@ -79,8 +78,8 @@ def _native(limits: Limits, codes: list[str]) -> dict[str, Any]:
                    "n_best": {"type": "integer", "minimum": 1, "maximum": limits.max_beam},
                    "attention": {"type": "boolean"},
                    "format": {"type": "string", "enum": list(FORMATS)},
-                   "source": {"type": "string", "enum": codes},
-                   "target": {"type": "string", "enum": codes},
+                   "source": {"type": "string", "enum": sources},
+                   "target": {"type": "string", "enum": targets},
                    "api_key": {"type": "string"}}}
     answer = {"type": "object", "required": ["beam", "n_best", "translations"],
               "properties": {"beam": {"type": "integer"}, "n_best": {"type": "integer"},
@@ -96,8 +95,9 @@ def _get(summary: str, schema: dict[str, Any]) -> dict[str, Any]:
         "403": _JSON_ERROR}}}
 
 
-def openapi_spec(limits: Limits, codes: list[str]) -> dict[str, Any]:
-    """The OpenAPI 3.0 description of the server's API; `codes`: the languages it serves."""
+def openapi_spec(limits: Limits, *, sources: list[str], targets: list[str]) -> dict[str, Any]:
+    """The OpenAPI 3.0 description of the server's API; `sources` and `targets`: the languages
+    its runs translate from and to (a pair no run serves is still a 400)."""
     page = {"get": {"summary": "The page: translate and see the attention", "responses": {
         "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
         "403": _JSON_ERROR}}}
@@ -107,11 +107,11 @@ def openapi_spec(limits: Limits, codes: list[str]) -> dict[str, Any]:
                  "description": "LibreTranslate's /translate, /detect and /languages, and "
                                 "attncli's /v1/translate (n-best, pieces, attention)"},
         "paths": {
-            "/translate": _libretranslate(limits, codes),
+            "/translate": _libretranslate(limits, sources, targets),
             "/detect": _detect(limits),
             "/languages": _get("The languages, each with the targets it translates to",
                                {"type": "array"}),
-            "/v1/translate": _native(limits, codes),
+            "/v1/translate": _native(limits, sources, targets),
             "/v1/model": _get("The run(s) served and how", {"type": "object"}),
             "/health": _get("Liveness and the queue", {"type": "object"}),
             "/spec": _get("This description", {"type": "object"}),
