@@ -149,12 +149,14 @@ class Translator:
                               max_positions=self.config.model.max_positions)
         pieces = self._translate_pieces(plan.pieces, beam, nbest, attention)
         joiner = sentence_joiner(self.target_language)
-        return [_document(text, layout, [_joined(sentence, [pieces[i] for i in indexes], joiner)
-                                         for sentence, indexes in zip(
-                                             layout.sentences, per_sentence, strict=True)],
-                          joiner)
-                for text, layout, per_sentence in zip(texts, plan.layouts,
-                                                      plan.sentence_pieces, strict=True)]
+        found = []
+        for text, layout, per_sentence in zip(texts, plan.layouts, plan.sentence_pieces,
+                                              strict=True):
+            sentences = [_joined(sentence, [pieces[i] for i in indexes], joiner)
+                         for sentence, indexes in zip(layout.sentences, per_sentence,
+                                                      strict=True)]
+            found.append(_document(text, layout, sentences, joiner))
+        return found
 
     def _translate_whole(self, texts: list[str], beam: int, nbest: int, attention: bool
                          ) -> list[Translation]:
