@@ -13,9 +13,10 @@ import pytest
 from helpers import run_cli
 
 from attncli import Translator
+from attncli.core.config import Config
 from attncli.data.sentences import join_wrapped, sentence_joiner, split_text
 from attncli.decoding.documents import plan_documents
-from attncli.decoding.texts import fitting_pieces, source_subword_limit
+from attncli.decoding.texts import PieceLimits, fitting_pieces, piece_limits, source_subword_limit
 
 
 class WordTokenizer:
@@ -53,25 +54,41 @@ def test_wrapped_lines_are_joined_as_the_language_writes():
 
 
 def test_a_long_sentence_is_cut_at_clause_marks_spaces_or_characters_and_kept_whole():
-    tokenizer, positions = WordTokenizer(), 40
-    limit = source_subword_limit(positions)
+    tokenizer, limits = WordTokenizer(), PieceLimits(whole=60, piece=12)
     words = " ".join(f"w{i}" for i in range(200))  # no punctuation at all
-    pieces = fitting_pieces(words, tokenizer, positions)
+    pieces = fitting_pieces(words, tokenizer, limits)
     assert len(pieces) > 1 and " ".join(pieces) == words
-    assert all(len(tokenizer.encode_src([p])[0]) - 1 <= limit for p in pieces)
-    assert all(len(p.split()) == limit for p in pieces[:-1])  # each as long as fits
-    clauses = ", ".join(" ".join(["word"] * 20) for _ in range(6))
-    cut = fitting_pieces(clauses, tokenizer, positions)
-    assert all(p.endswith(",") for p in cut[:-1]) and " ".join(cut) == clauses
+    assert all(len(p.split()) == limits.piece for p in pieces[:-1])  # each as long as fits
+    clauses = ", ".join(" ".join(["word"] * 8) for _ in range(10))
+    cut = fitting_pieces(clauses, tokenizer, limits)
+    assert len(cut) == 10 and all(p.endswith(",") for p in cut[:-1])
+    assert " ".join(cut) == clauses
     chinese = "我" * 100  # neither a clause mark nor a space: cut at the characters that fit
-    cut = fitting_pieces(chinese, tokenizer, positions)
-    assert "".join(cut) == chinese and all(len(p) <= limit for p in cut)
-    assert fitting_pieces("A short one.", tokenizer, positions) == ["A short one."]
+    cut = fitting_pieces(chinese, tokenizer, limits)
+    assert "".join(cut) == chinese and all(len(p) <= limits.piece for p in cut)
+
+
+def test_a_sentence_as_long_as_the_training_sources_is_left_whole():
+    tokenizer, limits = WordTokenizer(), PieceLimits(whole=60, piece=12)
+    longest = " ".join(["word"] * 60)
+    assert fitting_pieces(longest, tokenizer, limits) == [longest]
+    assert len(fitting_pieces(longest + " more", tokenizer, limits)) == 6
+    assert fitting_pieces("A short one.", tokenizer, limits) == ["A short one."]
+
+
+def test_the_piece_limits_come_from_training_lengths_positions_and_the_decode_setting():
+    config = Config()
+    config.data.max_len, config.model.max_positions, config.decode.piece_subwords = 100, 256, 24
+    assert piece_limits(config) == PieceLimits(whole=99, piece=24)
+    config.model.max_positions = 64  # positions shorter than the training sources
+    assert piece_limits(config) == PieceLimits(whole=source_subword_limit(64), piece=24)
+    config.decode.piece_subwords = 500  # never a piece longer than a whole sentence
+    assert piece_limits(config).piece == piece_limits(config).whole
 
 
 def test_a_sentence_met_twice_in_a_chunk_is_decoded_once():
     plan = plan_documents(["Hi. Where is it?", "Where is it?\nHi."], language="en",
-                          tokenizer=WordTokenizer(), max_positions=64)
+                          tokenizer=WordTokenizer(), limits=PieceLimits(whole=60, piece=12))
     assert plan.pieces == ["Hi.", "Where is it?"]
     assert plan.sentence_pieces == [[(0,), (1,)], [(1,), (0,)]]
 

@@ -19,6 +19,7 @@ pytest.importorskip("starlette")
 
 from attncli.decoding.documents import plan_documents  # noqa: E402
 from attncli.decoding.search import Hypothesis  # noqa: E402
+from attncli.decoding.texts import PieceLimits  # noqa: E402
 from attncli.serve.app import ServeOptions, build_app  # noqa: E402
 from attncli.serve.batcher import Batcher, QueueFull  # noqa: E402
 from attncli.serve.pairs import Pairs  # noqa: E402
@@ -125,7 +126,7 @@ class FakeTranslator:
 
     def plan(self, texts):
         return plan_documents(texts, language="en", tokenizer=self._Tokenizer(),
-                              max_positions=64)
+                              limits=PieceLimits(whole=60, piece=24))
 
     def encode(self, texts):
         return [[5, 3] for _ in texts], [False] * len(texts)

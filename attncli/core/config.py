@@ -407,6 +407,11 @@ class TrainConfig(_Section):
         return self
 
 
+# The longest piece a too-long sentence is cut into: chosen on validation lines
+# (benchmarks/piece_size.py, docs/documents.md).
+PIECE_SUBWORDS = 8
+
+
 class DecodeConfig(_Section):
     beam: int = Field(5, ge=1, description="Beam size (1 = greedy).")
     length_penalty: float = Field(1.0, ge=0, description="Score / len**alpha when ranking.")
@@ -414,6 +419,9 @@ class DecodeConfig(_Section):
     max_len_b: int = Field(10, ge=1, description="Max output length = a * src_len + b.")
     batch_size: int = Field(64, ge=1, description="Sentences decoded together.")
     no_repeat_ngram_size: int = Field(3, ge=0, description="No output n-gram twice (0: off).")
+    piece_subwords: int = Field(
+        PIECE_SUBWORDS, ge=1, description="A sentence longer than data.max_len is cut into pieces "
+        "of at most this many subwords (split translation only).")
 
 
 class Config(_Section):

@@ -2,10 +2,10 @@
 
 A chunk of documents (a `Translator` call, `attncli translate`'s lines, a server request) is
 decoded as one batch of sentences: each document split into lines and sentences
-(`data.sentences`), each sentence cut into pieces that fit the model (`texts.fitting_pieces`),
-and every distinct piece decoded once however often it occurs. `DocumentPlan` remembers which
-pieces make which sentence of which document, so the caller can join the pieces' translations
-into sentences and the sentences into the document's layout.
+(`data.sentences`), each sentence longer than the model learned from cut into pieces
+(`texts.fitting_pieces`), and every distinct piece decoded once however often it occurs.
+`DocumentPlan` remembers which pieces make which sentence of which document, so the caller can
+join the pieces' translations into sentences and the sentences into the document's layout.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from attncli.data.sentences import Layout, split_text
 from attncli.data.tokenizer import Tokenizer
-from attncli.decoding.texts import fitting_pieces
+from attncli.decoding.texts import PieceLimits, fitting_pieces
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ class DocumentPlan:
 
 
 def plan_documents(texts: Sequence[str], *, language: str, tokenizer: Tokenizer,
-                   max_positions: int) -> DocumentPlan:
-    """Split each text in `language` (the source's), cut its sentences to fit the model's
-    positions, and number the distinct pieces (see the module doc)."""
+                   limits: PieceLimits) -> DocumentPlan:
+    """Split each text in `language` (the source's), cut its sentences longer than the model
+    learned from (`limits`), and number the distinct pieces (see the module doc)."""
     layouts = [split_text(text, language) for text in texts]
     index: dict[str, int] = {}
     cuts: dict[str, list[str]] = {}  # a sentence met again is not cut again
@@ -44,8 +44,14 @@ def plan_documents(texts: Sequence[str], *, language: str, tokenizer: Tokenizer,
         per_sentence = []
         for sentence in layout.sentences:
             if sentence not in cuts:
-                cuts[sentence] = fitting_pieces(sentence, tokenizer, max_positions)
+                cuts[sentence] = fitting_pieces(sentence, tokenizer, limits)
             per_sentence.append(tuple(index.setdefault(piece, len(index))
                                       for piece in cuts[sentence]))
         sentence_pieces.append(per_sentence)
     return DocumentPlan(layouts, list(index), sentence_pieces)
+
+
+def joined_score(scores: Sequence[float], lengths: Sequence[int]) -> float:
+    """The score of translations joined: their scores' mean weighted by their lengths (tokens
+    with EOS), since each score is a mean over its own tokens."""
+    return sum(s * n for s, n in zip(scores, lengths, strict=True)) / sum(lengths)

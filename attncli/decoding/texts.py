@@ -2,16 +2,18 @@
 
 What `attncli translate`, `eval`, `serve` and validation while training share before the
 search: each source is cut to the model's positions (with a warning hook), ends in EOS, and
-goes to `search.translate_ids`. A sentence too long for the model can instead be cut into
-pieces that each fit (`fitting_pieces`), so that none of it is dropped.
+goes to `search.translate_ids`. A sentence longer than the model learned from can instead be
+cut into pieces of a length it translates well (`fitting_pieces`), so that none of it is dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from attncli.core.config import Config
 from attncli.core.text import EOS_ID
 from attncli.data.tokenizer import Tokenizer
 from attncli.decoding.search import Hypothesis, SearchSettings, translate_ids
@@ -48,17 +50,44 @@ def source_subword_limit(max_positions: int) -> int:
 CLAUSE_MARKS = ";:,，；、"
 
 
-def fitting_pieces(sentence: str, tokenizer: Tokenizer, max_positions: int) -> list[str]:
-    """`sentence` cut into pieces that each fit the model's positions (one piece when it fits).
+@dataclass(frozen=True)
+class PieceLimits:
+    """When a sentence is cut into pieces, and how long its pieces are (subwords, no EOS).
+
+    whole: the longest sentence decoded as it is: no longer than the training sources
+           (`data.max_len`) nor than the model's positions allow.
+    piece: the longest piece a longer sentence is cut into (`decode.piece_subwords`): a model
+           trained on sentences stops early on a long unpunctuated run, so a few dozen
+           subwords, as long as the sentences it learned from, come back whole.
+    """
+
+    whole: int
+    piece: int
+
+
+def piece_limits(config: Config) -> PieceLimits:
+    """The run's `PieceLimits` (see there)."""
+    whole = min(source_subword_limit(config.model.max_positions), config.data.max_len - 1)
+    return PieceLimits(whole=max(whole, 1),
+                       piece=max(min(config.decode.piece_subwords, whole), 1))
+
+
+def fitting_pieces(sentence: str, tokenizer: Tokenizer, limits: PieceLimits) -> list[str]:
+    """`sentence` as it is when it fits `limits.whole`, else cut into pieces of at most
+    `limits.piece` subwords.
 
     Each cut is made in the longest start that fits: after its last clause mark (`CLAUSE_MARKS`)
     when that keeps at least half of it, else at its last space, else (Chinese with neither)
     after its last character; the pieces, stripped, hold all the sentence's text.
     """
-    limit = source_subword_limit(max_positions)
+    def length(text: str) -> int:
+        return len(tokenizer.encode_src([text])[0]) - 1
+
+    if length(sentence) <= limits.whole:
+        return [sentence]
 
     def fits(text: str) -> bool:
-        return len(tokenizer.encode_src([text])[0]) - 1 <= limit
+        return length(text) <= limits.piece
 
     pieces, rest = [], sentence
     while not fits(rest):

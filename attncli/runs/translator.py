@@ -34,9 +34,9 @@ from attncli.core.config import Config
 from attncli.core.errors import AttncliError
 from attncli.data.sentences import Layout, sentence_joiner
 from attncli.data.tokenizer import NO_TEXT, Tokenizer, text_problem
-from attncli.decoding.documents import plan_documents
+from attncli.decoding.documents import joined_score, plan_documents
 from attncli.decoding.search import Hypothesis, SentenceDone
-from attncli.decoding.texts import TruncateHook, encode_sources
+from attncli.decoding.texts import TruncateHook, encode_sources, piece_limits
 from attncli.runs.trained import ENGINES, TrainedModel, decode_ids, load_for_decoding
 
 # Sentences decoded together by `Translator.translate_iter` (as `attncli translate` reads them).
@@ -146,7 +146,7 @@ class Translator:
         if not split:
             return self._translate_whole(texts, beam, nbest, attention)
         plan = plan_documents(texts, language=self.source_language, tokenizer=self.tokenizer,
-                              max_positions=self.config.model.max_positions)
+                              limits=piece_limits(self.config))
         pieces = self._translate_pieces(plan.pieces, beam, nbest, attention)
         joiner = sentence_joiner(self.target_language)
         found = []
@@ -258,8 +258,7 @@ def _document(text: str, layout: Layout, sentences: list[Translation], joiner: s
 def _joined_candidate(text: str, parts: Sequence[Translation]) -> Candidate:
     """One candidate for translations joined: their tokens in order, their scores' mean
     weighted by each one's tokens and EOS (a score is a mean over those)."""
-    weights = [len(p.tokens) + 1 for p in parts]
-    score = sum(p.score * w for p, w in zip(parts, weights, strict=True)) / sum(weights)
+    score = joined_score([p.score for p in parts], [len(p.tokens) + 1 for p in parts])
     return Candidate(text, score, tuple(t for p in parts for t in p.tokens))
 
 

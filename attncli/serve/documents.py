@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attncli.data.sentences import sentence_joiner
-from attncli.decoding.documents import DocumentPlan
+from attncli.decoding.documents import DocumentPlan, joined_score
 from attncli.serve.markup import (
     BlockTranslation,
     HtmlDocument,
@@ -111,8 +111,7 @@ def _joined(parts: list[dict[str, Any]], source: str, joiner: str) -> dict[str, 
     if len(parts) == 1:
         return dict(parts[0], source=source)
     best = [part["hypotheses"][0] for part in parts]
-    weights = [len(h["pieces"]) for h in best]
-    score = sum(h["score"] * w for h, w in zip(best, weights, strict=True)) / sum(weights)
+    score = joined_score([h["score"] for h in best], [len(h["pieces"]) for h in best])
     return {"source": source,
             "source_pieces": [*_without_end(p["source_pieces"] for p in parts), END],
             "truncated": False,

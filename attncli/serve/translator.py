@@ -20,6 +20,7 @@ import torch
 
 from attncli.decoding.documents import DocumentPlan, plan_documents
 from attncli.decoding.search import Hypothesis
+from attncli.decoding.texts import piece_limits
 from attncli.model.attention_maps import attention_maps
 from attncli.model.build import build_model
 from attncli.runs.metrics import MetricsLog
@@ -80,7 +81,7 @@ class ServedRun:
         """The texts split into sentences in the run's source language, cut into pieces that
         fit its model: what a request decodes (see serve/documents.py)."""
         return plan_documents(texts, language=self.languages[0], tokenizer=self.tokenizer,
-                              max_positions=self.config.model.max_positions)
+                              limits=piece_limits(self.config))
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Source ids (ending in EOS) and, per text, whether it was cut to fit the model."""
