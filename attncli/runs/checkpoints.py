@@ -228,19 +228,37 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 def load_state_dict_strictly(model: nn.Module, tensors: dict[str, torch.Tensor],
                              source: Path) -> None:
-    """Every parameter present with its shape, nothing extra (tied copies come from their twin)."""
-    expected = model.state_dict()
-    owners = {t.data_ptr(): name for name, t in expected.items() if name in tensors}
-    missing = [k for k in expected if k not in tensors and expected[k].data_ptr() not in owners]
-    extra = [k for k in tensors if k not in expected]
-    if missing or extra:
-        raise AttncliError(f"{source}: checkpoint does not match the run's model config "
-                           f"(missing {missing[:3]}, unexpected {extra[:3]})")
+    """Every parameter present with its shape, nothing extra (tied copies come from their twin);
+    else one line naming the first tensor that differs (`tensor_mismatch`)."""
+    if problem := tensor_mismatch(model, tensors):
+        raise AttncliError(f"{source}: checkpoint does not match the run's model config: "
+                           f"{problem}")
     try:
         model.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
         raise AttncliError(f"{source}: checkpoint does not match the model: "
                            f"{str(err).splitlines()[-1].strip()[:160]}") from None
+
+
+def tensor_mismatch(model: nn.Module, tensors: dict[str, torch.Tensor]) -> str | None:
+    """The first of the model's tensors (in its order) that `tensors` lacks or holds in another
+    shape, else the first tensor of `tensors` the model has not; None when they fit. Tied
+    tensors are stored once (`unique_state_dict`): a name is present when a twin is. Twins are
+    told by parameter identity, so a model on the meta device (no storage) is checked too."""
+    twins: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        twins.setdefault(id(param), []).append(name)
+    tied = {name: names for names in twins.values() for name in names}
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        given = next((tensors[twin] for twin in tied.get(name, [name]) if twin in tensors), None)
+        if given is None:
+            return f"{name} is missing"
+        if given.shape != tensor.shape:
+            return (f"{name} has shape {list(given.shape)}, the config's model "
+                    f"{list(tensor.shape)}")
+    extra = next((name for name in tensors if name not in expected), None)
+    return None if extra is None else f"{extra} is not a tensor of the config's model"
 
 
 # --------------------------------------------------------------------------------------------

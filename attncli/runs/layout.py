@@ -6,6 +6,9 @@ finding runs again, and their checkpoints by the names `--checkpoint` takes.
       corpora.json                 a mix of corpora (data.corpora): what each gave (pairs read,
                                    dropped by each filter, kept, weight, share) and its licence
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
+      parent.json                  a run fine-tuned from another (`train --init-from`): the parent
+                                   as given, its checkpoint's name, weights SHA-256 and updates,
+                                   and the parent's own parent.json (training/parent.py)
       checkpoints/
         step-<N>/                  one folder per save, written whole (see checkpoints.py):
           model.safetensors          weights; metadata: step and the model config's fingerprint
@@ -111,6 +114,11 @@ class RunPaths:
     @property
     def corpora(self) -> Path:
         return self.root / "corpora.json"
+
+    @property
+    def parent_record(self) -> Path:
+        """parent.json: the run this one was fine-tuned from (absent: trained from scratch)."""
+        return self.root / "parent.json"
 
     @property
     def log(self) -> Path:
