@@ -115,19 +115,28 @@ def test_the_first_update_warms_up_from_zero_to_the_new_learning_rate(child):
     assert first["lr"] == pytest.approx(0.0005)  # train.lr 0.002 / warmup_steps 4
 
 
-def test_step_0_is_never_best_nor_counted_for_patience(data_dir, parent, new_data, tmp_path):
-    """A learning rate that ruins the weights: every later validation is worse than step 0's,
-    yet best is a saved step and patience (1) only counts from the first saved validation."""
-    result = _child(data_dir, tmp_path, parent, new_data, "--name", "ruined",
-                    sets=["train.lr=0.3", "train.warmup_steps=0", "train.max_steps=10",
-                          "train.patience=1"])
+def test_step_0_is_never_best_nor_counted_for_patience(data_dir, parent, new_data, tmp_path,
+                                                        monkeypatch):
+    """Validations scored as falling (50 at step 0, then 10, then 5; set here, as what is
+    tested is the bookkeeping): were step 0 counted, step 5 would not be best and patience (1)
+    would stop the run there. It is not: step 5 is best, and patience stops the run at 10."""
+    from attncli.training.validate import Validators, ValScores
+
+    falling = iter([50.0, 10.0, 5.0])
+    monkeypatch.setattr(Validators, "score", lambda self: {
+        self.deciding: ValScores(1.0, next(falling), 0.0, 0.0)})
+    result = _child(data_dir, tmp_path, parent, new_data, "--name", "falling",
+                    sets=["train.max_steps=15", "train.patience=1"])
     assert result.returncode == 0, result.stderr
-    run = tmp_path / "ruined"
+    run = tmp_path / "falling"
     vals = {e["step"]: e["val_bleu"] for e in metrics(run) if e["event"] == "val"}
-    assert sorted(vals) == [0, 5, 10] and vals[5] < vals[0]  # stopped at 10, not at 5
+    assert vals == {0: 50.0, 5: 10.0, 10: 5.0}
+    assert "stopped at step 10 (patience); best greedy val BLEU 10.00" in result.stdout
     state = json.loads((run / "checkpoints" / "step-10" / "state.json").read_text())
-    assert state["best_step"] in (5, 10) and state["best_bleu"] < vals[0]
-    assert not (run / "checkpoints" / "step-0").exists()
+    assert (state["best_step"], state["best_bleu"]) == (5, 10.0)
+    assert pointers(run)["best"] == "step-5"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "pointers.json", "step-10", "step-5"]
 
 
 # -- what the child is made of, and parent.json ------------------------------------------------
