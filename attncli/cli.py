@@ -97,16 +97,25 @@ def train(
     resume: Path | None = typer.Option(
         None, "--resume", help="Continue the run in this folder from its last checkpoint."
     ),
+    init_from: Path | None = typer.Option(
+        None, "--init-from", help="Fine-tune: a new run of CONFIG's data and training settings "
+        "that starts from this run's weights, with its model and tokenizer (optimizer, "
+        "schedule, step and best score start afresh; see docs/runs-and-checkpoints.md)."),
+    checkpoint: str | None = typer.Option(
+        None, "--checkpoint", help="With --init-from: which of that run's checkpoints to start "
+        "from, as eval's --checkpoint (default auto)."),
     nproc: int = typer.Option(
         1, "--nproc", min=1, help="Train with N processes on this machine (torchrun's launcher: "
         "one per GPU with --device cuda, gloo on CPU). Same as `torchrun --nproc_per_node N -m "
         "attncli train ...`; for several machines use torchrun itself (see the README)."
     ),
 ) -> None:
-    """Train a model from a YAML config into runs/<name>/ (or continue one with --resume)."""
+    """Train a model from a YAML config into runs/<name>/ (or continue one with --resume, or
+    fine-tune one with --init-from)."""
     from attncli.training.preflight import training_config  # here: torch-free start-up
 
-    checked, resumed = training_config(config, set_, resume, name)  # before torch: fails fast
+    checked, resumed, parent = training_config(  # before torch: fails fast
+        config, set_, resume, name, init_from=init_from, checkpoint=checkpoint)
     if resume is not None and (name is not None or runs_dir is not None):
         raise AttncliError(f"--resume {resume} continues that run in its own folder: "
                            f"--name and --runs-dir are for a new run")
@@ -121,7 +130,7 @@ def train(
     from attncli.training.command import train_command  # here: torch-free start-up
 
     train_command(checked, resumed, config_path=config, name=name,
-                  runs_dir=runs_dir or Path("runs"), device_name=device)
+                  runs_dir=runs_dir or Path("runs"), device_name=device, parent=parent)
 
 
 @app.command()

@@ -78,8 +78,8 @@ def _check_checkpoints(run: Path) -> list[str]:
     from attncli.core.errors import AttncliError
     from attncli.data.tokenizer import load_tokenizer
     from attncli.model.build import build_model, model_fingerprint
-    from attncli.runs.checkpoints import checkpoint_dir, load_checkpoint
-    from attncli.runs.layout import RunPaths
+    from attncli.runs.checkpoints import load_checkpoint
+    from attncli.runs.layout import RunPaths, checkpoint_dir
     from attncli.training.optim import make_optimizer
 
     paths = RunPaths(run)

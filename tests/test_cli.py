@@ -63,6 +63,7 @@ def test_a_command_alone_still_shows_its_help():
 
 @pytest.mark.parametrize("args, code", [
     (["train", "missing.yaml"], 2), (["train", "--resume", "."], 2), (["--help"], 0),
+    (["train", SMALL, "--init-from", "."], 2),  # the parent is checked torch-free too
 ])
 def test_help_and_bad_train_input_answer_before_torch_loads(args, code, tmp_path):
     # Seconds of torch import before "config file not found" would be a poor answer.

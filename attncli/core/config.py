@@ -371,6 +371,13 @@ class TrainConfig(_Section):
         "decode.*) and shown in the console, train.log, metrics.jsonl and TensorBoard: the "
         "model learning, sentence by sentence.")
 
+    freeze: list[Literal["embeddings", "encoder", "decoder"]] = Field(
+        default_factory=list,
+        description="Parts of the model that get no updates and no optimizer state, for a run "
+        "fine-tuned from a parent's weights (`attncli train CONFIG --init-from RUN`) only: "
+        "embeddings (tied: the output projection too), encoder, decoder (its layers, final "
+        "norm and output bias, and an output projection of its own). Empty: every part trains.")
+
     @field_validator("pad_multiple", "workers", mode="before")
     @classmethod
     def _whole_number_or_auto(cls, value: Any, info: ValidationInfo) -> Any:
@@ -397,6 +404,19 @@ class TrainConfig(_Section):
             if not text.strip() or "\x00" in text:
                 raise ValueError(f"example {number} ({text!r}) holds no text: give each "
                                  f"example as a non-empty sentence")
+        return value
+
+    @field_validator("freeze", mode="before")
+    @classmethod
+    def _some_part_trains(cls, value: Any) -> Any:
+        if value is None:  # `freeze:` with nothing under it
+            return []
+        if isinstance(value, list) and all(isinstance(part, str) for part in value):
+            if twice := sorted({part for part in value if value.count(part) > 1}):
+                raise ValueError(f"{twice[0]!r} is listed twice")
+            if {"embeddings", "encoder", "decoder"} <= set(value):
+                raise ValueError("embeddings, encoder and decoder are every parameter: nothing "
+                                 "would train")
         return value
 
     @model_validator(mode="after")

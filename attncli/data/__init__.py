@@ -22,4 +22,6 @@ Modules, in reading order:
     mixing.py          several corpora as one: each epoch's pairs by the corpora's weights
     corpus.py          what a training run reads: its tokenizer and tokenized splits, cached
                        (`attncli prepare`)
+    coverage.py        the share of <unk> a tokenizer makes of the training pairs, and the
+                       characters behind it (a fine-tuned run keeps its parent's tokenizer)
 """

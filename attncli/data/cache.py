@@ -215,6 +215,19 @@ class TokenizedSplit:
         rows = self.rows[pairs]
         return self.mapped.gather("src_ids", rows), self.mapped.gather("tgt_ids", rows)
 
+    def occurrences(self, column: str, token: int) -> tuple[int, int, np.ndarray]:
+        """How often `token` is among the ids of `column` (src_ids or tgt_ids) of the pairs
+        training uses, of how many ids, and the stored rows that hold it: read chunk by chunk
+        from the mapped columns, no pair gathered (dropped pairs are stored without ids)."""
+        found, total, rows = 0, 0, [np.zeros(0, dtype=np.int64)]
+        for start, (offsets, values) in zip(self.mapped.chunk_starts, self.mapped.views[column],
+                                            strict=False):  # chunk_starts ends with the total
+            hits = np.flatnonzero(values[offsets[0] : offsets[-1]] == token) + offsets[0]
+            found, total = found + len(hits), total + int(offsets[-1] - offsets[0])
+            rows.append(start + np.searchsorted(offsets, hits, side="right") - 1)
+        self.mapped.release_pages()
+        return found, total, np.unique(np.concatenate(rows))
+
     def collate(self, pairs: np.ndarray, multiple: int = 1) -> Batch:
         """The padded batch of pairs `pairs` (positions in this split)."""
         src_ids, tgt_ids = self.token_ids(pairs)

@@ -7,7 +7,8 @@ Imports `core` (and the tokenizer's type, for hints only). Modules, in reading o
     dropout.py         dropout with a cheaper random mask on CPU
     layers.py          positions, feed-forward, encoder and decoder layers
     loss.py            the output projection fused with label-smoothed cross-entropy
-    transformer.py     the encoder-decoder (`Seq2SeqTransformer`)
+    transformer.py     the encoder-decoder (`Seq2SeqTransformer`) and its parts (embeddings,
+                       encoder, decoder: what `train.freeze` names)
     build.py           the model a run's config describes, and its weights' fingerprint
     attention_maps.py  every attention weight behind one translation (translate, serve)
 """

@@ -49,6 +49,13 @@ class DecoderOutput:
 class Seq2SeqTransformer(nn.Module):
     """Encoder-decoder Transformer (Vaswani et al. 2017) with pre- or post-norm blocks."""
 
+    # The part of the model (what `train.freeze` names) each attribute's parameters belong to.
+    # A tied output projection is the target embedding, and so one of the embeddings.
+    PARTS = {"src_embed": "embeddings", "tgt_embed": "embeddings",
+             "encoder_layers": "encoder", "encoder_norm": "encoder",
+             "decoder_layers": "decoder", "decoder_norm": "decoder",
+             "output_bias": "decoder", "output": "decoder"}
+
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
         super().__init__()
         if cfg.ties_source and src_vocab != tgt_vocab:
@@ -82,6 +89,11 @@ class Seq2SeqTransformer(nn.Module):
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
+
+    def part_parameters(self, part: str) -> list[nn.Parameter]:
+        """The parameters of one part (embeddings, encoder or decoder: `PARTS`), a tied
+        matrix once."""
+        return [p for name, p in self.named_parameters() if self.PARTS[name.split(".")[0]] == part]
 
     def num_parameters(self) -> int:
         """Trainable parameters, shared embeddings counted once."""

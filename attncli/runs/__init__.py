@@ -3,8 +3,8 @@ for decoding.
 
 Imports `core`, `data`, `model` and `decoding`. Modules, in reading order:
 
-    layout.py       the run folder's layout (described once, here), finding runs, the one
-                    reader of state.json; torch-free
+    layout.py       the run folder's layout (described once, here), finding runs and their
+                    checkpoints by name, the one reader of state.json; torch-free
     metrics.py      metrics.jsonl, the run's event log
     checkpoints.py  step folders: saved crash-safely, loaded strictly; weights, optimizer and
                     RNG as safetensors and JSON (no pickle)

@@ -10,7 +10,8 @@ fingerprint of the three files, so a folder assembled from different saves is re
 What the files hold: the weights and AdamW's per-parameter tensors in safetensors; the
 optimizer's scalars (its `step` counts and hyper-parameters) and the Python and torch RNG
 states in state.json. No pickle anywhere, so opening a checkpoint never runs code. Where the
-files lie in the run folder, and the one reader of state.json: `layout.py`.
+files lie in the run folder, which folder a `--checkpoint` name means, and the one reader
+of state.json: `layout.py`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from attncli.runs.layout import (
     MODEL_FILE,
     OPTIMIZER_FILE,
     STATE_FILE,
-    STEP_FOLDER,
     RunPaths,
     read_state,
     saved_state,
@@ -142,53 +142,8 @@ def _prune(paths: RunPaths, keep: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Finding and loading a checkpoint
+# Loading a checkpoint (found by name: `layout.checkpoint_dir`)
 # --------------------------------------------------------------------------------------------
-
-
-def checkpoint_names(paths: RunPaths) -> list[str]:
-    """What `--checkpoint` can name in this run."""
-    names = list(paths.read_pointers())
-    if paths.averaged.is_dir():
-        names.append("averaged")
-    return names + [folder.name for folder in paths.step_dirs().values()]
-
-
-def checkpoint_dir(paths: RunPaths, name: str) -> Path:
-    """The folder `name` means: 'auto' (the default of eval, translate and export: averaged
-    when the run has one of its newest saves, else best), 'last', 'best' (falls back to last),
-    'averaged' or 'step-N'."""
-    pointers = paths.read_pointers()
-    if not pointers and (paths.checkpoints / "last.safetensors").is_file():
-        raise AttncliError(f"{paths.root}: checkpoints in attncli 0.1's layout "
-                           "(checkpoints/last.*), which this version no longer reads; train the "
-                           "run again, or use attncli 0.1 for it")
-    if not pointers:
-        raise AttncliError(f"{paths.root}: no checkpoint yet")
-    if name == "auto":
-        name = "averaged" if _current_average(paths, pointers["last"]) else "best"
-    if name in ("last", "best"):
-        return paths.checkpoints / pointers.get(name, pointers["last"])
-    folder = paths.averaged if name == "averaged" else paths.checkpoints / name
-    if not (folder.is_dir() and (name == "averaged" or folder.name.startswith("step-"))):
-        hint = ", ".join(checkpoint_names(paths))
-        raise AttncliError(f"{paths.root}: no checkpoint {name!r} (this run has: {hint})")
-    return folder
-
-
-def _current_average(paths: RunPaths, last: str) -> bool:
-    """Whether the run has an averaged checkpoint of saves up to its last one. A run resumed
-    after averaging and stopped without averaging again (a signal, `average_last: 0`) keeps
-    an older mean, which 'auto' must not prefer to the newer best; 'averaged' still names it.
-    An unreadable averaged state counts as current, so that loading it says what is wrong.
-    `last`: the run's last step folder's name, as its pointers say."""
-    if not paths.averaged.is_dir():
-        return False
-    try:
-        newest = max(int(step) for step in read_state(paths.averaged)["averaged_steps"])
-    except (AttncliError, KeyError, TypeError, ValueError):
-        return True
-    return newest >= int(STEP_FOLDER.fullmatch(last).group(1))
 
 
 def load_weights(model: nn.Module, folder: Path, fingerprint: str | None = None) -> dict:
@@ -273,19 +228,37 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 def load_state_dict_strictly(model: nn.Module, tensors: dict[str, torch.Tensor],
                              source: Path) -> None:
-    """Every parameter present with its shape, nothing extra (tied copies come from their twin)."""
-    expected = model.state_dict()
-    owners = {t.data_ptr(): name for name, t in expected.items() if name in tensors}
-    missing = [k for k in expected if k not in tensors and expected[k].data_ptr() not in owners]
-    extra = [k for k in tensors if k not in expected]
-    if missing or extra:
-        raise AttncliError(f"{source}: checkpoint does not match the run's model config "
-                           f"(missing {missing[:3]}, unexpected {extra[:3]})")
+    """Every parameter present with its shape, nothing extra (tied copies come from their twin);
+    else one line naming the first tensor that differs (`tensor_mismatch`)."""
+    if problem := tensor_mismatch(model, tensors):
+        raise AttncliError(f"{source}: checkpoint does not match the run's model config: "
+                           f"{problem}")
     try:
         model.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
         raise AttncliError(f"{source}: checkpoint does not match the model: "
                            f"{str(err).splitlines()[-1].strip()[:160]}") from None
+
+
+def tensor_mismatch(model: nn.Module, tensors: dict[str, torch.Tensor]) -> str | None:
+    """The first of the model's tensors (in its order) that `tensors` lacks or holds in another
+    shape, else the first tensor of `tensors` the model has not; None when they fit. Tied
+    tensors are stored once (`unique_state_dict`): a name is present when a twin is. Twins are
+    told by parameter identity, so a model on the meta device (no storage) is checked too."""
+    twins: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        twins.setdefault(id(param), []).append(name)
+    tied = {name: names for names in twins.values() for name in names}
+    expected = model.state_dict()
+    for name, tensor in expected.items():
+        given = next((tensors[twin] for twin in tied.get(name, [name]) if twin in tensors), None)
+        if given is None:
+            return f"{name} is missing"
+        if given.shape != tensor.shape:
+            return (f"{name} has shape {list(given.shape)}, the config's model "
+                    f"{list(tensor.shape)}")
+    extra = next((name for name in tensors if name not in expected), None)
+    return None if extra is None else f"{extra} is not a tensor of the config's model"
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
-"""The run folder: the one description of its layout, the one reader of state.json, and
-finding runs again.
+"""The run folder: the one description of its layout, the one reader of state.json,
+finding runs again, and their checkpoints by the names `--checkpoint` takes.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
       corpora.json                 a mix of corpora (data.corpora): what each gave (pairs read,
                                    dropped by each filter, kept, weight, share) and its licence
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
+      parent.json                  a run fine-tuned from another (`train --init-from`): the parent
+                                   as given, its checkpoint's name, weights SHA-256 and updates,
+                                   and the parent's own parent.json (training/parent.py)
       checkpoints/
         step-<N>/                  one folder per save, written whole (see checkpoints.py):
           model.safetensors          weights; metadata: step and the model config's fingerprint
@@ -113,6 +116,11 @@ class RunPaths:
         return self.root / "corpora.json"
 
     @property
+    def parent_record(self) -> Path:
+        """parent.json: the run this one was fine-tuned from (absent: trained from scratch)."""
+        return self.root / "parent.json"
+
+    @property
     def log(self) -> Path:
         return self.root / "train.log"
 
@@ -206,6 +214,51 @@ def find_latest_run(runs_dir: Path = Path("runs")) -> RunPaths:
                            "`attncli train configs/small.yaml`, or pass --run RUN_DIR)")
     newest = max(candidates, key=lambda p: p.stat().st_mtime)
     return RunPaths(newest.parent.parent)
+
+
+def checkpoint_names(paths: RunPaths) -> list[str]:
+    """What `--checkpoint` can name in this run."""
+    names = list(paths.read_pointers())
+    if paths.averaged.is_dir():
+        names.append("averaged")
+    return names + [folder.name for folder in paths.step_dirs().values()]
+
+
+def checkpoint_dir(paths: RunPaths, name: str) -> Path:
+    """The folder `name` means: 'auto' (the default of eval, translate and export: averaged
+    when the run has one of its newest saves, else best), 'last', 'best' (falls back to last),
+    'averaged' or 'step-N'."""
+    pointers = paths.read_pointers()
+    if not pointers and (paths.checkpoints / "last.safetensors").is_file():
+        raise AttncliError(f"{paths.root}: checkpoints in attncli 0.1's layout "
+                           "(checkpoints/last.*), which this version no longer reads; train the "
+                           "run again, or use attncli 0.1 for it")
+    if not pointers:
+        raise AttncliError(f"{paths.root}: no checkpoint yet")
+    if name == "auto":
+        name = "averaged" if _current_average(paths, pointers["last"]) else "best"
+    if name in ("last", "best"):
+        return paths.checkpoints / pointers.get(name, pointers["last"])
+    folder = paths.averaged if name == "averaged" else paths.checkpoints / name
+    if not (folder.is_dir() and (name == "averaged" or folder.name.startswith("step-"))):
+        hint = ", ".join(checkpoint_names(paths))
+        raise AttncliError(f"{paths.root}: no checkpoint {name!r} (this run has: {hint})")
+    return folder
+
+
+def _current_average(paths: RunPaths, last: str) -> bool:
+    """Whether the run has an averaged checkpoint of saves up to its last one. A run resumed
+    after averaging and stopped without averaging again (a signal, `average_last: 0`) keeps
+    an older mean, which 'auto' must not prefer to the newer best; 'averaged' still names it.
+    An unreadable averaged state counts as current, so that loading it says what is wrong.
+    `last`: the run's last step folder's name, as its pointers say."""
+    if not paths.averaged.is_dir():
+        return False
+    try:
+        newest = max(int(step) for step in read_state(paths.averaged)["averaged_steps"])
+    except (AttncliError, KeyError, TypeError, ValueError):
+        return True
+    return newest >= int(STEP_FOLDER.fullmatch(last).group(1))
 
 
 def read_state(folder: Path) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from attncli.data.tokenizer import Tokenizer, load_tokenizer
 from attncli.decoding.ctranslate2 import CTranslate2Engine, open_engine
 from attncli.decoding.search import Hypothesis, SearchSettings, SentenceDone, translate_ids
 from attncli.model.build import build_model, model_fingerprint
-from attncli.runs.checkpoints import checkpoint_dir, load_weights, weights_digest
-from attncli.runs.layout import MODEL_FILE, RunPaths, open_run
+from attncli.runs.checkpoints import load_weights, weights_digest
+from attncli.runs.layout import MODEL_FILE, RunPaths, checkpoint_dir, open_run
 
 
 class TrainedModel:

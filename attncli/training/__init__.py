@@ -7,8 +7,12 @@ order:
 - `command.py`       `attncli train`: one process or one of several; exit codes for signals
 - `preflight.py`     what `attncli train` checks before torch loads (torch-free)
 - `resume_rules.py`  what a resume may change in a run's config; what validation scores with
+- `parent.py`        `--init-from RUN` (fine-tuning): the parent checked, the child's config
+                     made of CONFIG and the parent's model and tokenizer, parent.json (torch-free)
 - `distributed.py`   several processes (torchrun): who writes, each one's share, agreed stops
 - `prepare.py`       a run's data (tokenizer, token caches) and run folder, and the banner
+- `parent_weights.py` a fine-tuned run's start: the parent's weights checked, then loaded
+- `freezing.py`      `train.freeze`: parts of a fine-tuned model that get no updates
 - `feed.py`          the updates in training order from a saved position, worker-fed
 - `optim.py`         AdamW, the learning-rate schedule, what a resume may change
 - `step.py`          one update: forward, loss, backward, clip, step (skipped on the device

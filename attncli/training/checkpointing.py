@@ -18,13 +18,12 @@ from attncli.core.config import TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.data.batching import BATCHING
 from attncli.runs.checkpoints import (
-    checkpoint_dir,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from attncli.runs.layout import RunPaths
+from attncli.runs.layout import RunPaths, checkpoint_dir
 from attncli.training.distributed import World
 from attncli.training.optim import apply_optimizer_settings
 

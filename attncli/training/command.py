@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 from attncli.core.config import check_process_shares
 from attncli.core.config_files import load_config, save_config
@@ -21,6 +22,7 @@ from attncli.runs.layout import RunPaths, run_lock
 from attncli.training import distributed
 from attncli.training.distributed import World
 from attncli.training.extension import forget_end_validation
+from attncli.training.parent import Parent, recorded_parent
 from attncli.training.prepare import banner, never_saved, prepare_run
 from attncli.training.resume_rules import validation_changes, validation_settings
 from attncli.training.tensorboard import open_tensorboard
@@ -29,14 +31,15 @@ from attncli.training.validate import rescore_best
 
 
 def train_command(config, resumed: RunPaths | None, *, config_path, name: str | None, runs_dir,
-                  device_name: str) -> None:
-    """Train a new run from ``config``, or continue the run folder ``resumed``; exits 130 or
-    143 when SIGINT or SIGTERM stopped it (after saving)."""
+                  device_name: str, parent: Parent | None = None) -> None:
+    """Train a new run from ``config`` (from ``parent``'s weights when it is given: a
+    fine-tuning run), or continue the run folder ``resumed``; exits 130 or 143 when SIGINT or
+    SIGTERM stopped it (after saving)."""
     world, device = distributed.start(device_name)
     try:
         with distributed.peer_failures_as_errors(world):
             exit_code = _train(config, resumed, config_path=config_path, name=name,
-                               runs_dir=runs_dir, world=world, device=device)
+                               runs_dir=runs_dir, world=world, device=device, parent=parent)
             world.wait_for_primary()  # nobody leaves while rank 0 still saves
     except Exception as err:
         if not world.distributed or os.environ.get("ATTNCLI_DEBUG"):
@@ -50,12 +53,14 @@ def train_command(config, resumed: RunPaths | None, *, config_path, name: str | 
 
 
 def _train(config, resumed: RunPaths | None, *, config_path, name, runs_dir, world: World,
-           device) -> int | None:
+           device, parent: Parent | None) -> int | None:
     """The run; the exit code when a signal stopped it."""
     set_threads(config.train.threads)
     allow_tf32(device)
     check_process_shares(config.train, world.size, resumed is not None)
     from_step_0 = resumed is None or never_saved(resumed)
+    if resumed is not None and from_step_0:  # a child starts again from its parent's weights
+        parent = recorded_parent(resumed)
     earlier: list[str] = []
 
     def say(line: str) -> None:
@@ -67,25 +72,27 @@ def _train(config, resumed: RunPaths | None, *, config_path, name, runs_dir, wor
         if resumed is not None and world.primary:
             held.enter_context(run_lock(resumed))
         data, paths = prepare_run(config, resumed, config_path=config_path, name=name,
-                                  runs_dir=runs_dir, world=world, say=say)
+                                  runs_dir=runs_dir, world=world, say=say, parent=parent)
         if resumed is None and world.primary:
             held.enter_context(run_lock(paths))
         # the bar's total is set once the epoch's batches are cut (`banner`)
         reporter = (Reporter(paths.log, None, 0, earlier, hold_earlier=resumed is not None)
                     if world.primary else SilentReporter())
         return _run(config, data, paths, reporter=reporter, world=world, device=device,
-                    resuming=resumed is not None, from_step_0=from_step_0)
+                    resuming=resumed is not None,
+                    parent_weights=parent.checkpoint if parent else None)
 
 
 def _run(config, data, paths: RunPaths, *, reporter: Reporter, world: World, device,
-         resuming: bool, from_step_0: bool) -> int | None:
-    """Train (after loading the last checkpoint when resuming) until a stop; the exit code
-    when a signal stopped it."""
+         resuming: bool, parent_weights: Path | None) -> int | None:
+    """Train (after loading the last checkpoint when resuming, or from `parent_weights`, which
+    are validated first at step 0) until a stop; the exit code when a signal stopped it."""
     tensorboard = None
     try:
+        from_step_0 = not paths.read_pointers()  # a new run, or one stopped before its 1st save
         with _disk_errors_as_user_errors(paths):
-            trainer = Trainer(config, paths, data.models.tokenizer(), data, device=device,
-                              reporter=reporter, world=world)
+            trainer = Trainer(config, paths, data, device=device, reporter=reporter,
+                              world=world, parent_weights=parent_weights)
             if resuming:
                 _resume(trainer, config, reporter, from_step_0)
             if world.primary:
@@ -93,6 +100,8 @@ def _run(config, data, paths: RunPaths, *, reporter: Reporter, world: World, dev
                     config.train.tensorboard, paths.tensorboard,
                     None if from_step_0 else trainer.state.step)
             banner(reporter, trainer, data)
+            if parent_weights is not None:
+                trainer.validate_parent()
             signal_name = trainer.run()
             return _signal_exit(signal_name, trainer, reporter)
     finally:
@@ -118,8 +127,9 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     if trainer.world.primary:
         save_config(config, paths.config)  # --set may have extended the run
     if from_step_0:
+        weights = " from its parent's weights" if trainer.parent_weights is not None else ""
         reporter.line(f"resumed {paths.root}: it stopped before its first checkpoint, so it "
-                      f"trains again from step 0 with its config")
+                      f"trains again from step 0{weights} with its config")
         return
     dropped = trainer.metrics.drop_after(trainer.state.step)
     if trainer.world.primary and dropped:  # the curves showed the dropped events too

@@ -28,7 +28,9 @@ RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
 _WHY_FIXED = {"data": "it changes the training data and its order",
               "tokenizer": "it changes the tokenizer the run trained with",
               "model": "it changes the model the weights belong to",
-              "train": "it changes the data order the saved position points into"}
+              "train": "it changes the data order the saved position points into",
+              # the optimizer state saved holds the trained parameters' moments only
+              "train.freeze": "it changes which parameters the saved optimizer state is of"}
 
 
 def _may_change_summary() -> str:
@@ -50,7 +52,8 @@ def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
                 continue
             raise AttncliError(
                 f"--resume {run}: {section}.{key} cannot change when resuming "
-                f"({old[section].get(key)!r} -> {value!r}): {_WHY_FIXED[section]}; start a new "
+                f"({old[section].get(key)!r} -> {value!r}): "
+                f"{_WHY_FIXED.get(f'{section}.{key}', _WHY_FIXED[section])}; start a new "
                 f"run for that. May change: {_may_change_summary()}")
 
 

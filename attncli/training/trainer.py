@@ -41,7 +41,9 @@ from attncli.training.extension import (
 )
 from attncli.training.feed import UpdateFeed
 from attncli.training.figures import UpdateFigures
+from attncli.training.freezing import freeze
 from attncli.training.optim import inverse_sqrt_lr, make_optimizer
+from attncli.training.parent_weights import load_parent_weights
 from attncli.training.resume_rules import (
     check_fixed_settings,
     fixed_settings,
@@ -62,11 +64,14 @@ class Trainer:
     run's saved `pad_multiple`.
     """
 
-    def __init__(self, config, paths: RunPaths, tokenizer, data, *, device: torch.device,
-                 reporter: Reporter, world: World | None = None):
-        """`data`: the `corpus.TrainingData` (token caches of train and val, val texts)."""
+    def __init__(self, config, paths: RunPaths, data, *, device: torch.device,
+                 reporter: Reporter, world: World | None = None,
+                 parent_weights: Path | None = None):
+        """`data`: the `corpus.TrainingData` (its tokenizer, token caches of train and val, val
+        texts); `parent_weights`: the checkpoint folder a fine-tuned run starts from (its
+        parent's)."""
         self.config, self.cfg, self.paths = config, config.train, paths
-        self.tokenizer, self.data, self.device = tokenizer, data, device
+        self.tokenizer, self.data, self.device = data.models.tokenizer(), data, device
         self.reporter, self.world = reporter, world or World()
         self.metrics = MetricsLog(paths.metrics if self.world.primary else None)
         self.precision = resolve_precision(self.cfg.precision, device)
@@ -76,7 +81,11 @@ class Trainer:
         self.fingerprint = model_fingerprint(config.model)
         self.fixed_settings = fixed_settings(config)  # what each save records
         torch.manual_seed(self.cfg.seed)
-        self.model = build_model(config, tokenizer).to(device)
+        self.model = build_model(config, self.tokenizer).to(device)
+        self.parent_weights = parent_weights
+        if parent_weights is not None:  # before DDP, which gives every process rank 0's
+            load_parent_weights(self.model, parent_weights)
+        self.frozen = freeze(self.model, self.cfg.freeze, config.model)  # before the optimizer
         if self.world.rank:  # same weights everywhere, dropout masks of its own
             torch.manual_seed(self.cfg.seed + 7919 * self.world.rank)
         if self.cfg.compile:
@@ -251,15 +260,30 @@ class Trainer:
     def validate(self) -> bool:
         """Score val (each corpus's in a mix), keep the best (by the deciding set's BLEU),
         redraw the curves; True when patience is exhausted."""
-        state, validators = self.state, self.validators
-        by_set = validators.score()
-        scores = by_set[validators.deciding]
+        state = self.state
+        by_set = self.validators.score()
         state.last_validated = state.step
-        improved = scores.bleu > state.best_bleu
+        improved = by_set[self.validators.deciding].bleu > state.best_bleu
         if improved:
-            state.best_bleu, state.best_step, state.bad_validations = scores.bleu, state.step, 0
+            state.best_bleu, state.best_step = by_set[self.validators.deciding].bleu, state.step
+            state.bad_validations = 0
         else:
             state.bad_validations += 1
+        self._record_validation(by_set, " (best)" if improved else "")
+        return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
+
+    def validate_parent(self) -> None:
+        """Step 0 of a fine-tuned run: its parent's weights scored on its validation pairs,
+        logged and written to metrics.jsonl. Not a checkpoint: never best nor averaged, and no
+        patience counted (the parent's checkpoint is that state)."""
+        self._record_validation(self.validators.score(),
+                                " (the parent's weights, before fine-tuning)")
+
+    def _record_validation(self, by_set: dict, mark: str) -> None:
+        """A validation's scores in metrics.jsonl and the log (`mark` on the deciding set's
+        line), the examples translated, the curves redrawn."""
+        state, validators = self.state, self.validators
+        scores = by_set[validators.deciding]
         per_corpus = {"corpora": {name: {"val_loss": round(s.loss, 6),
                                          "val_bleu": round(s.bleu, 3)}
                                   for name, s in by_set.items()}} if len(by_set) > 1 else {}
@@ -267,17 +291,16 @@ class Trainer:
                             "val_loss": round(scores.loss, 6), "val_bleu": round(scores.bleu, 3),
                             "seconds": round(state.elapsed, 2), **per_corpus})
         for name, set_scores in by_set.items():
-            best = " (best)" if improved and name == validators.deciding else ""
+            marked = mark if name == validators.deciding else ""
             which = "" if name is None else (f"{name}, " + ("deciding, " if name ==
                                                              validators.deciding else ""))
             self.reporter.line(
                 f"validation step {state.step} ({which}{validators.by_name[name].pairs}): val "
-                f"loss {set_scores.loss:.4f}, greedy BLEU {set_scores.bleu:.2f}{best} [loss "
+                f"loss {set_scores.loss:.4f}, greedy BLEU {set_scores.bleu:.2f}{marked} [loss "
                 f"{set_scores.loss_seconds:.1f} s, BLEU {set_scores.bleu_seconds:.1f} s]")
         if self.world.primary:
             self._show_examples()
             plot_curves(self.metrics.read(), self.paths.curves, self.cfg.label_smoothing)
-        return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
 
     def _show_examples(self) -> None:
         """`train.examples` and what the model makes of them now: console, train.log,
