@@ -26,6 +26,7 @@ from attncli.data.sources import load_split
 from attncli.decoding.scoring import corpus_scores
 from attncli.decoding.texts import TruncateHook, source_subword_limit
 from attncli.runs.average import averaged_facts, describe
+from attncli.runs.checkpoints import weights_digest
 from attncli.runs.trained import TrainedModel, decode_precision
 from attncli.runs.translator import Translator
 
@@ -189,6 +190,7 @@ def _score(translator: Translator, scoring: Scoring, name: str,
           parallel.dropped_empty)
     hyps = result.pop("hypotheses")
     report = {"run": str(scoring.run_dir), "checkpoint": trained.checkpoint.name,
+              "weights_sha256": weights_digest(trained.checkpoint),  # the card's check
               "data": parallel.name, "split": split, "engine": scoring.engine,
               "precision": decode_precision(trained), **result,
               "left_out_empty": parallel.dropped_empty, **_averaged(trained)}

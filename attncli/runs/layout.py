@@ -3,8 +3,13 @@ finding runs again.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
-      corpora.json                 a mix of corpora (data.corpora): what each gave (pairs read,
-                                   dropped by each filter, kept, weight, share) and its licence
+      corpora.json                 what each training corpus gave (pairs read, dropped by each
+                                   filter, kept, weight, share), its licence and attribution
+                                   (every run from attncli 0.6; before, a mix's only)
+      machine.json                 what each training session ran on: device, CPU, cores, bf16,
+                                   processes, torch, from which step (from attncli 0.6)
+      README.md                    the model card (runs/card.py): written when training ends
+                                   and by `attncli card RUN`
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
       checkpoints/
         step-<N>/                  one folder per save, written whole (see checkpoints.py):
@@ -22,7 +27,11 @@ finding runs again.
       tensorboard/                 the same events for TensorBoard (train.tensorboard)
       eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*;
                                    a mix: <split>-<corpus>.* for each corpus)
-      ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default)
+      ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default),
+                                   with attncli.json and the model card README.md
+      <from>_<to>.argosmodel       `attncli export --to argos`: an Argos Translate package (a
+                                   zip of one folder: metadata.json, model/, sentencepiece.model,
+                                   README.md, attncli.json; decoding/argos.py)
       .train.lock                  held by the `attncli train` using the run (`run_lock`)
 
 Torch-free, so that `attncli train` can check a run to resume before torch loads.
@@ -111,6 +120,16 @@ class RunPaths:
     @property
     def corpora(self) -> Path:
         return self.root / "corpora.json"
+
+    @property
+    def machine(self) -> Path:
+        """What the run trained on, one entry per training session (from attncli 0.6)."""
+        return self.root / "machine.json"
+
+    @property
+    def card(self) -> Path:
+        """The model card, written when training ends and by `attncli card`."""
+        return self.root / "README.md"
 
     @property
     def log(self) -> Path:
@@ -229,3 +248,15 @@ def saved_state(folder: Path) -> dict[str, Any]:
     except (AttncliError, OSError):
         return {}
     return state if isinstance(state, dict) else {}
+
+
+def read_machines(paths: RunPaths) -> list[dict[str, Any]]:
+    """machine.json's sessions; [] for a run made before it was written, or one whose file is
+    damaged (the card then says nothing of the machine rather than something wrong)."""
+    try:
+        sessions = json.loads(paths.machine.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(sessions, list):
+        return []
+    return [entry for entry in sessions if isinstance(entry, dict)]

@@ -60,8 +60,7 @@ def _prepare_on_primary(config, resumed: RunPaths | None, *, config_path, name: 
         paths = create_run_dir(Path(runs_dir), name or default_run_name(Path(config_path)))
         save_config(config, paths.config)
         data.models.install(paths.root)
-        if data.mixed:
-            atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
+        atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
         return data, paths
     joint = config.tokenizer.joint
     if not never_saved(resumed):
