@@ -282,6 +282,18 @@ def export(
 
 
 @app.command()
+def card(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
+) -> None:
+    """Write the run's model card, RUN/README.md: languages, data and licences, model,
+    training budget and machine, scores, examples, config."""
+    from attncli.runs.card import card_command  # here: torch-free start-up
+
+    card_command(run_dir, checkpoint)
+
+
+@app.command()
 def average(
     run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
     last: int = typer.Option(..., "--last", min=2, help="How many of the newest step folders."),
