@@ -97,7 +97,7 @@ def _export_argos(trained: TrainedModel, quantization: str, output: Path | None,
         config.data.src, config.data.tgt), force)
     spec = build_spec(trained.model, pieces(trained.tokenizer.src),
                       pieces(trained.tokenizer.tgt))
-    argos.configure_for_argos(spec, trained.tokenizer)
+    argos.configure_for_argos(spec, trained.tokenizer, config.model.d_model)
     export = Export("Argos Translate package", quantization, [
         "Argos decodes with its own search (beam 4, length penalty 0.2, no n-gram "
         "blocking) and sentence splitter (MiniSBD), so its output can differ from `attncli "

@@ -1,7 +1,8 @@
 """`attncli export --to argos`: an Argos Translate package that CTranslate2, fed as Argos feeds
 it, decodes as attncli does; the runs Argos cannot serve refused; bad input one line, nothing
-half-written. With argostranslate installed (its own environment: ATTNCLI_ARGOS_PYTHON, else
-.venv-argos/ made by `make argos-check`), the package installed and translated by it offline.
+half-written. With the real clients installed, each in its own environment (made by
+`make argos-env` and `make lt-env`, or named by ATTNCLI_ARGOS_PYTHON / ATTNCLI_LT_PYTHON):
+the package installed and translated by argostranslate, and served by LibreTranslate, offline.
 """
 
 from __future__ import annotations
@@ -189,9 +190,9 @@ def test_a_chinese_source_converted_when_read_is_refused(tmp_path):
     assert tokenizer.src.encode(traditional) + [3] != tokenizer.encode_src([traditional])[0]
 
 
-def argos_python() -> str | None:
-    """argostranslate's own environment: ATTNCLI_ARGOS_PYTHON, else .venv-argos/."""
-    found = os.environ.get("ATTNCLI_ARGOS_PYTHON") or str(REPO / ".venv-argos" / "bin" / "python")
+def client_python(variable: str, folder: str) -> str | None:
+    """A client's own environment: `variable`, else REPO/`folder` (made by make)."""
+    found = os.environ.get(variable) or str(REPO / folder / "bin" / "python")
     return found if Path(found).is_file() else None
 
 
@@ -214,7 +215,7 @@ def test_argostranslate_installs_the_package_and_translates_as_attncli(trained, 
     Argos's search (beam 4, length penalty 0.2, no n-gram blocking), line by line, both
     computing in float32 (argostranslate's default "auto" computes in int8 where the CPU has
     it: benchmarks/argos_same.py compares that too)."""
-    python = argos_python()
+    python = client_python("ATTNCLI_ARGOS_PYTHON", ".venv-argos")
     if python is None:
         pytest.skip("argostranslate is not installed (make argos-check, or ATTNCLI_ARGOS_PYTHON)")
     from attncli.runs.translator import Translator
@@ -239,3 +240,38 @@ def test_argostranslate_installs_the_package_and_translates_as_attncli(trained, 
     translator.config.decode.length_penalty = 0.2
     ours = [t.text for t in translator.translate(texts, beam=4, split=False)]
     assert answer["translations"][0] == ours, (answer["translations"][0], ours)
+
+
+def test_libretranslate_serves_two_packages_offline(trained, data_dir, tmp_path):
+    """LibreTranslate 1.9.6 (its own environment: ATTNCLI_LT_PYTHON, else .venv-lt/) started
+    with two exported packages on loopback answers languages, translate and detect through
+    libretranslatepy, quickly, without trying the network; its translation is attncli's
+    with Argos's search, LibreTranslate's capital and final-punctuation rewriting aside."""
+    python = client_python("ATTNCLI_LT_PYTHON", ".venv-lt")
+    if python is None:
+        pytest.skip("LibreTranslate is not installed (make lt-env, or ATTNCLI_LT_PYTHON)")
+    from attncli.runs.translator import Translator
+
+    reverse = train(data_dir, tmp_path, SMALL, "--name", "de-en",
+                    sets=[*AS_MADE, "data.src=de", "data.tgt=en"])
+    assert reverse.returncode == 0, reverse.stderr
+    packages = [tmp_path / "en_de.argosmodel", tmp_path / "de_en.argosmodel"]
+    for run, package in zip((trained, tmp_path / "de-en"), packages, strict=True):
+        result = run_cli("export", str(run), "--to", "argos", "--output", str(package))
+        assert result.returncode == 0, result.stderr
+    result = run_cli("export", str(trained), "--output", str(tmp_path / "ct2"))
+    assert result.returncode == 0, result.stderr
+    done = subprocess.run([python, str(REPO / "benchmarks" / "libretranslate_check.py"),
+                           *map(str, packages)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["versions"]["libretranslate"] == "1.9.6" and report["startup_s"] < 30
+    assert {lang["code"] for lang in report["languages"]} == {"en", "de"}
+    assert report["connection_line_count"] == 0, report["connection_lines"]
+    assert report["detect"][0]["language"] in ("en", "de")
+    translator = Translator(trained, device="cpu", engine="ctranslate2",
+                            exported=tmp_path / "ct2", no_repeat_ngram=0)
+    translator.config.decode.length_penalty = 0.2
+    ours = translator.translate(["Hello, how are you?"], beam=4, split=False)[0].text
+    theirs = report["translate"]["en-de"]
+    assert theirs.rstrip("?!.,;").lower() == ours.rstrip("?!.,;").lower(), (theirs, ours)

@@ -14,6 +14,9 @@ adds no end-of-sentence piece, where attncli's models learnt every source with E
 (`add_source_eos`), which attncli's own CTranslate2 folder does not (its engine appends EOS
 itself, and that folder stays as it was).
 
+The package's position table is the run's own, extended to `ARGOS_POSITIONS` rows: Argos
+never cuts a source and lets CTranslate2 decode up to 256 pieces.
+
 Refused, with the reason, because Argos would translate them wrongly: a run with one
 SentencePiece model per language (Argos decodes the target with the source's model, whose
 ids mean other pieces), and a run whose Chinese sources were converted to simplified script
@@ -40,10 +43,16 @@ from attncli.core.text import (
     language_name,
 )
 from attncli.decoding.ctranslate2 import METADATA, write_spec
+from attncli.model.layers import SinusoidalPositions
 
 SUFFIX = ".argosmodel"
 PACKAGE_VERSION = "1.0"  # the package's own version (Argos updates installed ones by it)
 ARGOS_VERSION = "1.11"  # the argostranslate whose format it follows, and was tested with
+# Positions the package's model covers at least. Argos cuts no source and lets CTranslate2
+# decode up to its default of 256 pieces; a run of fewer model.max_positions (the tiny test
+# runs' 128) made CTranslate2 fail on a long output (LibreTranslate answered 500). The signals
+# are sinusoidal, a formula and not weights: the table is the model's own, made longer.
+ARGOS_POSITIONS = 1024
 
 
 def default_name(src: str, tgt: str) -> str:
@@ -84,10 +93,15 @@ def package_metadata(config, attncli_version: str) -> dict[str, Any]:
             "links": [], "made_by": f"attncli {attncli_version}"}
 
 
-def configure_for_argos(spec, tokenizer) -> None:
+def configure_for_argos(spec, tokenizer, d_model: int) -> None:
     """The CTranslate2 config Argos needs: EOS appended to every source by CTranslate2 (see
     the module's docstring), the special pieces named as the run's SentencePiece model names
-    them."""
+    them, and position signals for as many positions as Argos may ask for."""
+    table = spec.encoder.position_encodings.encodings
+    if len(table) < ARGOS_POSITIONS:
+        longer = SinusoidalPositions(d_model, ARGOS_POSITIONS).table.numpy()
+        spec.encoder.position_encodings.encodings = longer
+        spec.decoder.position_encodings.encodings = longer
     pieces = tokenizer.src.id_to_piece
     spec.config.add_source_eos = True
     spec.config.add_source_bos = False
