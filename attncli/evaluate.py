@@ -90,6 +90,14 @@ def evaluate_split(
     }
 
 
+def _weights_sha256(trained: TrainedModel) -> str | None:
+    """The scored weights' SHA-256: the checkpoint's, or what the CTranslate2 export recorded
+    of the weights it was made from (None for an export made before attncli 0.5)."""
+    if trained.engine is not None:
+        return trained.engine.metadata.get("weights_sha256")
+    return weights_digest(trained.checkpoint)
+
+
 def _averaged(trained: TrainedModel) -> dict[str, Any]:
     """{"averaged": its steps and validation scores} when the checkpoint is an averaged one
     (see `runs.average.averaged_facts`), so the report says what was scored."""
@@ -190,7 +198,7 @@ def _score(translator: Translator, scoring: Scoring, name: str,
           parallel.dropped_empty)
     hyps = result.pop("hypotheses")
     report = {"run": str(scoring.run_dir), "checkpoint": trained.checkpoint.name,
-              "weights_sha256": weights_digest(trained.checkpoint),  # the card's check
+              "weights_sha256": _weights_sha256(trained),  # the model card's check
               "data": parallel.name, "split": split, "engine": scoring.engine,
               "precision": decode_precision(trained), **result,
               "left_out_empty": parallel.dropped_empty, **_averaged(trained)}

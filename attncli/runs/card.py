@@ -121,8 +121,9 @@ def _run_corpora(paths: RunPaths, origin: str | None) -> list[CorpusTerms]:
     kept = ({r.get("name"): r.get("kept") for r in reports if isinstance(r, dict)}
             if isinstance(reports, list) else {})
     return [CorpusTerms(_no_path(corpus.name), _no_path(corpus.data.dataset),
-                        kept.get(corpus.name), Licence(corpus.licence, corpus.attribution),
-                        origin, corpus.weight)
+                        pairs=kept.get(corpus.name),
+                        licence=Licence(corpus.licence, corpus.attribution), run=origin,
+                        weight=corpus.weight)
             for corpus in corpora_of(config.data)]
 
 
