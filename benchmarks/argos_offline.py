@@ -89,5 +89,6 @@ def prepare(root: Path, languages: list[str]) -> dict[str, str]:
     return environment
 
 
-def apply(environment: dict[str, str]) -> None:
+def use_environment(environment: dict[str, str]) -> None:
+    """Set the variables in this process (before argostranslate is imported)."""
     os.environ.update(environment)

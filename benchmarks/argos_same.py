@@ -82,7 +82,7 @@ def attncli_outputs(run: Path, texts: list[str], folder: str, no_repeat: int | N
 
 
 def argos_outputs(argos_python: str, package: Path, codes: tuple[str, str],
-                  texts: list[str], compute_type: str | None = None) -> dict:
+                  texts: list[str], *, compute_type: str | None = None) -> dict:
     """argostranslate's answer (`argos_translate.py`), with ARGOS_COMPUTE_TYPE when given."""
     request = {"packages": [str(package)],
                "translate": [{"from": codes[0], "to": codes[1], "texts": texts}]}
@@ -127,7 +127,7 @@ def compare(run: Path, argos_python: str, limit: int) -> dict:
     ours = {kind: (attncli_outputs(run, texts, folder, None),
                    attncli_outputs(run, texts, folder, 0)) for kind, folder in EXPORTS.items()}
     installed = argos_outputs(argos_python, package, codes, texts)
-    in_float32 = argos_outputs(argos_python, package, codes, texts, "float32")
+    in_float32 = argos_outputs(argos_python, package, codes, texts, compute_type="float32")
     theirs = installed["translations"][0], in_float32["translations"][0]
     return {"run": run.name, "argos": installed["versions"],
             "computes_in": installed["installed"][0]["computes_in"],

@@ -49,7 +49,8 @@ def _compute_type(model: Path) -> str:
 def main() -> None:
     request = json.load(sys.stdin)
     with tempfile.TemporaryDirectory(prefix="argos-home-") as home:
-        argos_offline.apply(argos_offline.prepare(Path(home), _sources(request["packages"])))
+        sources = _sources(request["packages"])
+        argos_offline.use_environment(argos_offline.prepare(Path(home), sources))
         from argostranslate import package, translate  # after the environment is set
 
         for path in request["packages"]:

@@ -113,7 +113,7 @@ def check(packages: list[str], root: Path, strace: bool = False,
     environment = argos_offline.prepare(root, sorted({m["from_code"] for m in found}))
     if online_index:
         del environment["ARGOS_PACKAGE_INDEX"]
-    argos_offline.apply(environment)
+    argos_offline.use_environment(environment)
     from argostranslate import package  # the fork's, after the environment is set
 
     for path in packages:
