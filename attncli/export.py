@@ -101,7 +101,9 @@ def _export_argos(trained: TrainedModel, quantization: str, output: Path | None,
     export = Export("Argos Translate package", quantization, [
         "Argos decodes with its own search (beam 4, length penalty 0.2, no n-gram "
         "blocking) and sentence splitter (MiniSBD), so its output can differ from `attncli "
-        "translate` where those settings matter"])
+        "translate` where those settings matter",
+        f"the package's position signals cover {argos.ARGOS_POSITIONS:,} positions (the "
+        "sinusoid made longer: Argos cuts no source)"])
     metadata = argos.package_metadata(config, __version__)
     files = {"metadata.json": argos.metadata_bytes(metadata),
              "sentencepiece.model": trained.paths.spm_model().read_bytes(),
