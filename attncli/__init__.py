@@ -16,7 +16,8 @@ and the commands that span them, with the CLI on top:
 
     evaluate.py   `attncli eval`: a split translated and scored
     translate.py  `attncli translate`: sentences from arguments, a file or a pipe
-    export.py     `attncli export`: a checkpoint as a CTranslate2 model folder
+    export.py     `attncli export`: a checkpoint as a CTranslate2 model folder or an Argos
+                  Translate package, with its model card
     cli.py        the Typer app: options parsed, one function called, errors to exit codes
     __main__.py   `python -m attncli`
 

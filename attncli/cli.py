@@ -274,20 +274,37 @@ def serve(
 @app.command()
 def export(
     run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
-    to: str = typer.Option("ctranslate2", "--to", help="The format: ctranslate2."),
+    to: str = typer.Option("ctranslate2", "--to", help="The format: ctranslate2 (a model "
+                           "folder) or argos (an Argos Translate package for argostranslate and "
+                           "LibreTranslate)."),
     quantization: str = typer.Option(
         "float32", "--quantization", help="Stored weight type: float32, int8, int8_float32, "
         "int8_float16, int16, float16, bfloat16, ... (CTranslate2's list)."),
     output: Path | None = typer.Option(
-        None, "--output", help="The model folder to write (default: RUN/ctranslate2)."),
-    force: bool = typer.Option(False, "--force", help="Replace the output folder if it exists."),
+        None, "--output", help="The model folder to write (default: RUN/ctranslate2), or "
+        "with --to argos the package file (default: RUN/<from>_<to>.argosmodel)."),
+    force: bool = typer.Option(False, "--force", help="Replace the output if it exists (only "
+                               "an export attncli wrote)."),
     checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
-    """Export a checkpoint of the run as a CTranslate2 model folder (needs `attncli\\[ct2]`)."""
+    """Export a checkpoint of the run as a CTranslate2 model folder or an Argos Translate
+    package, with its model card (needs `attncli\\[ct2]`)."""
     from attncli.export import export_command  # here: torch-free start-up
 
     export_command(run_dir, to=to, quantization=quantization, output=output, force=force,
                    checkpoint=checkpoint)
+
+
+@app.command()
+def card(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `attncli train`."),
+    checkpoint: str = typer.Option("auto", "--checkpoint", help=CHECKPOINT_HELP),
+) -> None:
+    """Write the run's model card, RUN/README.md: languages, data and licences, model,
+    training budget and machine, scores, examples, config."""
+    from attncli.runs.card import card_command  # here: torch-free start-up
+
+    card_command(run_dir, checkpoint)
 
 
 @app.command()

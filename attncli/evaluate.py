@@ -26,6 +26,7 @@ from attncli.data.sources import load_split
 from attncli.decoding.scoring import corpus_scores
 from attncli.decoding.texts import TruncateHook, source_subword_limit
 from attncli.runs.average import averaged_facts, describe
+from attncli.runs.checkpoints import weights_digest
 from attncli.runs.trained import TrainedModel, decode_precision
 from attncli.runs.translator import Translator
 
@@ -87,6 +88,14 @@ def evaluate_split(
         "sentences_per_s": round(len(hyps) / seconds, 2) if seconds > 0 else None,
         "hypotheses": hyps,
     }
+
+
+def _weights_sha256(trained: TrainedModel) -> str | None:
+    """The scored weights' SHA-256: the checkpoint's, or what the CTranslate2 export recorded
+    of the weights it was made from (None for an export made before attncli 0.5)."""
+    if trained.engine is not None:
+        return trained.engine.metadata.get("weights_sha256")
+    return weights_digest(trained.checkpoint)
 
 
 def _averaged(trained: TrainedModel) -> dict[str, Any]:
@@ -189,6 +198,7 @@ def _score(translator: Translator, scoring: Scoring, name: str,
           parallel.dropped_empty)
     hyps = result.pop("hypotheses")
     report = {"run": str(scoring.run_dir), "checkpoint": trained.checkpoint.name,
+              "weights_sha256": _weights_sha256(trained),  # the model card's check
               "data": parallel.name, "split": split, "engine": scoring.engine,
               "precision": decode_precision(trained), **result,
               "left_out_empty": parallel.dropped_empty, **_averaged(trained)}

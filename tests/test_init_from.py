@@ -384,6 +384,30 @@ def test_a_child_is_evaluated_and_translated_as_any_run(child):
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
 
 
+def test_a_childs_card_lists_its_parents_data_and_flags_its_licence(child, parent, tmp_path):
+    """The card follows parent.json to the parent (where it was given, else beside the child):
+    its corpora are listed under its name and its licence flags the child; a parent not found
+    is named instead."""
+    runs = tmp_path / "runs"
+    shutil.copytree(parent, runs / "parent")
+    shutil.copytree(child, runs / "child")
+    record = json.loads((runs / "child" / "parent.json").read_text())
+    record["run"] = "moved/parent"  # not where it was given: found beside the child
+    (runs / "child" / "parent.json").write_text(json.dumps(record))
+    config = yaml.safe_load((runs / "parent" / "config.yaml").read_text())
+    config["data"]["licence"] = "CC-BY-NC-SA-4.0"
+    (runs / "parent" / "config.yaml").write_text(yaml.safe_dump(config))
+    assert run_cli("card", str(runs / "child")).returncode == 0
+    card = (runs / "child" / "README.md").read_text()
+    assert "**Licence: non-commercial (NC), share-alike (SA).**" in card
+    assert "(parent run parent): CC-BY-NC-SA-4.0" in card
+    shutil.rmtree(runs / "parent")
+    assert run_cli("card", str(runs / "child")).returncode == 0
+    card = (runs / "child" / "README.md").read_text()
+    assert "**Fine-tuned from `moved/parent`**, not found from here" in card
+    assert "non-commercial" not in card
+
+
 def test_the_shipped_finetune_config_has_small_yamls_model_and_tokenizer():
     from helpers import REPO
 

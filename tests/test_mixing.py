@@ -91,7 +91,7 @@ def test_adding_a_corpus_with_a_fixed_tokenizer_reuses_the_first_ones_tokens(two
 def _write_config(folder: Path, corpora: list[dict], **data) -> Path:
     """small.yaml with its data set replaced by `corpora` (tiny settings come with --set)."""
     raw = yaml.safe_load(Path(SMALL).read_text(encoding="utf-8"))
-    for key in ("dataset", "subset"):
+    for key in ("dataset", "subset", "licence", "attribution"):
         raw["data"].pop(key, None)
     raw["data"].update(corpora=corpora, **data)
     path = folder / "mix.yaml"

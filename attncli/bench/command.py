@@ -17,13 +17,14 @@ from rich.text import Text
 from attncli import __version__
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite
 from attncli.bench.infer_suite import INFER_OUTPUT_LEN, run_infer_suite
-from attncli.bench.peaks import device_name, device_peak
+from attncli.bench.peaks import device_peak
 from attncli.bench.render import RENDERERS
 from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
 from attncli.core.config import Config
 from attncli.core.config_files import load_config
 from attncli.core.device import (
     allow_tf32,
+    device_name,
     resolve_decode_precision,
     resolve_device,
     resolve_precision,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import platform
 import re
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from attncli.bench.timing import measure
+from attncli.core.device import device_name
 
 # Dense bf16 tensor-core peaks from NVIDIA's data sheets (the sparsity figures halved) and the
 # streaming multiprocessors (SMs) of the whole chip they are for, matched against
@@ -22,19 +21,6 @@ BF16_DENSE_PEAKS: tuple[tuple[tuple[str, ...], float, int], ...] = (
     (("h200",), 989e12, 132),  # H200 and GH200
     (("a100",), 312e12, 108),
 )
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's marketing name, or the CPU model from /proc/cpuinfo where there is one."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _chip(name: str) -> tuple[float, int] | None:

@@ -10,7 +10,9 @@ reading order:
     scripts.py       the writing system of each language, for the `script` filter
     config.py        the config's schema: typed, validated sections and their defaults
     config_files.py  YAML files -> a `Config`, with --set overrides, and back
-    device.py        the device and numeric precision for train, eval and bench
+    device.py        the device and numeric precision for train, eval and bench, and the
+                     machine a run trained on
+    licences.py      a data licence: an SPDX identifier or free text, and what it restricts
     console.py       standard output that may not be UTF-8, JSON lines, the training display
     plots.py         learning curves and attention heatmaps as PNG
     malloc.py        glibc malloc tuning, before any command runs

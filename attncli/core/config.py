@@ -87,6 +87,14 @@ def corpus_label(name: str | None, dataset: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) or "corpus"
 
 
+LICENCE_HELP = ("The data's licence: an SPDX identifier where one exists (CC-BY-NC-SA-4.0), "
+                "else free text (the model card marks it 'check the terms'); printed when a "
+                "run starts, written to the run folder and its model card (null: not stated).")
+ATTRIBUTION_HELP = "The credit the data's licence asks for (null: none given)."
+# The keys that describe a corpus's terms, not its pairs: a resume may change them.
+TERMS_KEYS = frozenset({"licence", "attribution"})
+
+
 class CorpusConfig(_Section):
     """One training corpus of a mix (`data.corpora`): its data, how often each of its pairs
     is seen per epoch, and what is filtered out of it."""
@@ -100,13 +108,17 @@ class CorpusConfig(_Section):
     weight: float = Field(1.0, gt=0, description="Times each pair is seen per epoch: 2 twice, "
                           "0.5 a seeded half (another half each epoch), 1.5 once and a half.")
     filters: FilterConfig = Field(default_factory=FilterConfig)
-    licence: str | None = Field(None, description="The corpus's licence, printed when a run "
-                                "starts and written to the run folder.")
+    licence: str | None = Field(None, description=LICENCE_HELP)
+    attribution: str | None = Field(None, description=ATTRIBUTION_HELP)
 
     @property
     def label(self) -> str:
         """`name`, else the data set's folder or file name made safe for a file name."""
         return corpus_label(self.name, self.dataset)
+
+
+# The keys of the one-corpus form (data.dataset): a mix sets them for each corpus instead.
+ONE_CORPUS_KEYS = frozenset({"dataset", "subset", "filters", "licence", "attribution"})
 
 
 class DataConfig(_Section):
@@ -143,6 +155,9 @@ class DataConfig(_Section):
         "is never converted. null: text as stored.")
     filters: FilterConfig = Field(default_factory=FilterConfig,
                                   description="Filters of the one-corpus form (data.dataset).")
+    licence: str | None = Field(None, description=LICENCE_HELP + " One-corpus form; in a "
+                                "mix, each corpus's own.")
+    attribution: str | None = Field(None, description=ATTRIBUTION_HELP + " One-corpus form.")
     corpora: list[CorpusConfig] | None = Field(
         None, description="Several training corpora mixed by weight (null: data.dataset alone); "
         "each is validated on its own val split unless data.val names one.")
@@ -177,7 +192,7 @@ class DataConfig(_Section):
         if not self.corpora:
             raise ValueError("corpora is empty: list at least one corpus (or set data.dataset "
                              "and data.corpora: null)")
-        if given := sorted({"dataset", "subset", "filters"} & self.model_fields_set):
+        if given := sorted(ONE_CORPUS_KEYS & self.model_fields_set):
             raise ValueError(f"data.{given[0]} and data.corpora are both set: with corpora, set "
                              f"it for each corpus")
         labels = [corpus.label for corpus in self.corpora]
@@ -200,8 +215,7 @@ class DataConfig(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data; a mix leaves out the one-corpus keys, which it must not set."""
-        one_corpus_only = {"dataset", "subset", "filters"}
-        return self.model_dump(mode="json", exclude=one_corpus_only if self.corpora else None)
+        return self.model_dump(mode="json", exclude=ONE_CORPUS_KEYS if self.corpora else None)
 
 
 @dataclass(frozen=True)
@@ -215,20 +229,22 @@ class Corpus:
     weight: float
     filters: FilterConfig
     licence: str | None
+    attribution: str | None
     mixed: bool
 
 
 def corpora_of(data: DataConfig) -> list[Corpus]:
     """The training corpora of a data section: `data.corpora`, or `data.dataset` alone."""
     if data.corpora is None:
-        return [Corpus(data.dataset, data, weight=1.0, filters=data.filters, licence=None,
-                       mixed=False)]
+        return [Corpus(data.dataset, data, weight=1.0, filters=data.filters,
+                       licence=data.licence, attribution=data.attribution, mixed=False)]
     return [Corpus(corpus.label, data.model_copy(update={
                 "dataset": corpus.dataset, "subset": corpus.subset,
                 "train_limit": corpus.train_limit if corpus.train_limit is not None
                 else data.train_limit, "filters": corpus.filters, "corpora": None,
-                "best_on": None}),
-            weight=corpus.weight, filters=corpus.filters, licence=corpus.licence, mixed=True)
+                "best_on": None, "licence": corpus.licence, "attribution": corpus.attribution}),
+            weight=corpus.weight, filters=corpus.filters, licence=corpus.licence,
+            attribution=corpus.attribution, mixed=True)
             for corpus in data.corpora]
 
 

@@ -132,12 +132,16 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 # `--set` of one form of the training data replaces the other form the file gives: a mix of
 # corpora, or one data set (`--set data.dataset=X` on configs/en-zh.yaml trains on X alone).
-REPLACED_BY_SET = {("data", "dataset"): ("corpora", "best_on"),
-                   ("data", "corpora"): ("dataset", "subset", "filters")}
+# Another data set also drops the file's licence and attribution, which were the old data's
+# (a model card must not name them for X), unless the same command sets them too.
+REPLACED_BY_SET = {("data", "dataset"): ("corpora", "best_on", "licence", "attribution"),
+                   ("data", "corpora"): ("dataset", "subset", "filters", "licence",
+                                         "attribution")}
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `--set` items to a raw config dict (validation happens afterwards)."""
+    given = {tuple(parse_override(item)[0][:2]) for item in overrides}
     for item in overrides:
         path, value = parse_override(item)
         section, key = path[0], path[1]
@@ -149,8 +153,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if len(path) > 2:
             _set_inside(node, path, value)
             continue
-        for replaced in REPLACED_BY_SET.get((section, key), ()):
-            node.pop(replaced, None)
+        if node.get(key) != value:
+            for replaced in REPLACED_BY_SET.get((section, key), ()):
+                if (section, replaced) not in given:
+                    node.pop(replaced, None)
         node[key] = value
     return raw
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -133,3 +137,27 @@ def set_threads(threads: int | None) -> None:
     """Use `threads` CPU threads (None keeps torch's default: all cores)."""
     if threads:
         torch.set_num_threads(threads)
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's marketing name, or the CPU model from /proc/cpuinfo where there is one."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description(device: torch.device, processes: int = 1) -> dict[str, Any]:
+    """What a run trained on, for the run folder (`machine.json`) and its model card: the
+    device's name, the CPU's, its cores and bf16 instructions, the processes, torch's
+    version. Read from this machine, never guessed."""
+    cpu = device_name(torch.device("cpu"))
+    return {"device": device.type, "device_name": device_name(device), "cpu": cpu,
+            "cpu_cores": os.cpu_count(), "cpu_bf16": cpu_supports_bf16(),
+            "processes": processes, "torch": torch.__version__,
+            "system": f"{platform.system()} {platform.machine()}"}

@@ -19,6 +19,13 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 _CJK_CODES = {"cmn": "zh", "zho": "zh", "chi": "zh", "yue": "zh", "wuu": "zh", "lzh": "zh",
               "jpn": "ja", "kor": "ko"}
 
+# English names of languages, for GET /languages (LibreTranslate's shape), Argos packages'
+# metadata and model cards; other codes are named by themselves (`language_name`).
+LANGUAGE_NAMES = {"ar": "Arabic", "cs": "Czech", "de": "German", "en": "English",
+                  "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese",
+                  "ko": "Korean", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian",
+                  "zh": "Chinese"}
+
 # Subtags that mark a Chinese language code as written in traditional characters.
 TRADITIONAL_SUBTAGS = {"hant", "tw", "hk", "mo"}
 
@@ -27,6 +34,11 @@ def base_language(code: str) -> str:
     """'zh-Hant' -> 'zh', 'pt_BR' -> 'pt', 'cmn' -> 'zh' (see _CJK_CODES)."""
     base = language_subtag(code)
     return _CJK_CODES.get(base, base)
+
+
+def language_name(code: str) -> str:
+    """'de' -> 'German', 'zh-Hant' -> 'Chinese'; a code without a known name is its own."""
+    return LANGUAGE_NAMES.get(base_language(code), code)
 
 
 def language_subtag(code: str) -> str:

@@ -315,7 +315,8 @@ def _train_split(corpus: Corpus, source: SplitSource, models: TokenizerModels, *
 
 def corpus_reports(data: TrainingData, max_len: int) -> list[dict]:
     """What each corpus gave: pairs read, dropped (empty, too long, by each filter), kept,
-    weight, share of an epoch, licence. For train.log and the run folder's corpora.json."""
+    weight, share of an epoch, licence and attribution. For train.log and the run folder's
+    corpora.json (every run's: its model card says what each corpus gave)."""
     shares = data.train.shares()
     reports = []
     for part, corpus in zip(data.train.parts, data.corpora, strict=True):
@@ -326,7 +327,8 @@ def corpus_reports(data: TrainingData, max_len: int) -> list[dict]:
                         **{name: count for name, count in split.dropped_by.items()
                            if name in corpus.filters.active()}},
             "kept": len(split), "weight": part.weight, "share": round(shares[part.name], 4),
-            "filters": corpus.filters.active(), "licence": corpus.licence})
+            "filters": corpus.filters.active(), "licence": corpus.licence,
+            "attribution": corpus.attribution})
     return reports
 
 

@@ -10,4 +10,6 @@ and decodes with what is here). Modules, in reading order:
                     decoded once (`plan_documents`)
     scoring.py      sacreBLEU's BLEU and chrF, and the BLEU tokenizer for a language
     ctranslate2.py  the model as a CTranslate2 folder, and decoding with one (the other engine)
+    argos.py        an Argos Translate package: which runs it can hold, its metadata and
+                    model config, written as one zip
 """

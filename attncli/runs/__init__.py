@@ -13,4 +13,7 @@ Imports `core`, `data`, `model` and `decoding`. Modules, in reading order:
                     CTranslate2 export
     translator.py   `attncli.Translator`, the public Python interface: texts in, translations
                     out
+    card.py         the model card (README.md): languages, data and licences, shape, budget,
+                    machine, scores, examples, config; written when training ends, by
+                    `attncli card` and into every export
 """

@@ -3,8 +3,13 @@ finding runs again, and their checkpoints by the names `--checkpoint` takes.
 
     runs/<name>/
       config.yaml                  fully resolved config (every key)
-      corpora.json                 a mix of corpora (data.corpora): what each gave (pairs read,
-                                   dropped by each filter, kept, weight, share) and its licence
+      corpora.json                 what each training corpus gave (pairs read, dropped by each
+                                   filter, kept, weight, share), its licence and attribution
+                                   (every run from attncli 0.6; before, a mix's only)
+      machine.json                 what each training session ran on: device, CPU, cores, bf16,
+                                   processes, torch, from which step (from attncli 0.6)
+      README.md                    the model card (runs/card.py): written when training ends
+                                   and by `attncli card RUN`
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model
       parent.json                  a run fine-tuned from another (`train --init-from`): the parent
                                    as given, its checkpoint's name, weights SHA-256 and updates,
@@ -25,7 +30,11 @@ finding runs again, and their checkpoints by the names `--checkpoint` takes.
       tensorboard/                 the same events for TensorBoard (train.tensorboard)
       eval/<split>.hyp.txt, eval/<split>.json   written by `attncli eval` (--data: <split>-<data>.*;
                                    a mix: <split>-<corpus>.* for each corpus)
-      ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default)
+      ctranslate2/                 `attncli export`'s CTranslate2 model folder (its default),
+                                   with attncli.json and the model card README.md
+      <from>_<to>.argosmodel       `attncli export --to argos`: an Argos Translate package (a
+                                   zip of one folder: metadata.json, model/, sentencepiece.model,
+                                   README.md, attncli.json; decoding/argos.py)
       .train.lock                  held by the `attncli train` using the run (`run_lock`)
 
 Torch-free, so that `attncli train` can check a run to resume before torch loads.
@@ -121,6 +130,16 @@ class RunPaths:
         return self.root / "parent.json"
 
     @property
+    def machine(self) -> Path:
+        """What the run trained on, one entry per training session (from attncli 0.6)."""
+        return self.root / "machine.json"
+
+    @property
+    def card(self) -> Path:
+        """The model card, written when training ends and by `attncli card`."""
+        return self.root / "README.md"
+
+    @property
     def log(self) -> Path:
         return self.root / "train.log"
 
@@ -206,6 +225,20 @@ def open_run(run_dir: Path) -> RunPaths:
     return paths
 
 
+def read_parent_record(paths: RunPaths) -> dict[str, Any] | None:
+    """A run's parent.json (None: the run was trained from scratch)."""
+    if not paths.parent_record.is_file():
+        return None
+    try:
+        record = json.loads(paths.parent_record.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise AttncliError(f"{paths.parent_record}: not readable ({err})") from None
+    if not isinstance(record, dict) or not {"run", "checkpoint", "weights_sha256"} <= set(record):
+        raise AttncliError(f"{paths.parent_record}: not a parent record (expected run, "
+                           f"checkpoint, weights_sha256)")
+    return record
+
+
 def find_latest_run(runs_dir: Path = Path("runs")) -> RunPaths:
     """The run under `runs_dir` whose last checkpoint was saved most recently."""
     candidates = [p for p in Path(runs_dir).glob("*/checkpoints/pointers.json") if p.is_file()]
@@ -282,3 +315,15 @@ def saved_state(folder: Path) -> dict[str, Any]:
     except (AttncliError, OSError):
         return {}
     return state if isinstance(state, dict) else {}
+
+
+def read_machines(paths: RunPaths) -> list[dict[str, Any]]:
+    """machine.json's sessions; [] for a run made before it was written, or one whose file is
+    damaged (the card then says nothing of the machine rather than something wrong)."""
+    try:
+        sessions = json.loads(paths.machine.read_text("utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(sessions, list):
+        return []
+    return [entry for entry in sessions if isinstance(entry, dict)]

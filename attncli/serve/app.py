@@ -37,6 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from attncli.core.errors import AttncliError
+from attncli.core.text import language_name
 from attncli.serve.batcher import Batcher, QueueFull
 from attncli.serve.documents import (
     DecodedRequest,
@@ -47,7 +48,7 @@ from attncli.serve.documents import (
 )
 from attncli.serve.markup import HtmlDocument, parse_html
 from attncli.serve.openapi import openapi_spec
-from attncli.serve.pairs import Pairs, language_name
+from attncli.serve.pairs import Pairs
 from attncli.serve.requests import (
     Limits,
     RequestError,

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from attncli.core.errors import AttncliError
-from attncli.core.text import base_language
+from attncli.core.text import base_language, language_name
 from attncli.serve.requests import RequestError
-from attncli.serve.translator import LANGUAGE_NAMES, Settings, Translation, Work
+from attncli.serve.translator import Settings, Translation, Work
 
 
 class Served(Protocol):
@@ -30,11 +30,6 @@ class Served(Protocol):
 
     def run_batch(self, settings: Settings, works: list[Work],
                   deliver: Callable[[int, Any], None]) -> list[list[Translation]]: ...
-
-
-def language_name(code: str) -> str:
-    """A language's English name for /languages and messages (the code itself when unknown)."""
-    return LANGUAGE_NAMES.get(base_language(code), code)
 
 
 class Pairs:

@@ -30,11 +30,6 @@ from attncli.runs.translator import Translator
 # Decimal places of attention weights in responses: 0.1 % steps, a third of the bytes of full
 # floats, and more than the page's colours or the terminal's percentages show.
 WEIGHT_DECIMALS = 3
-# Names for GET /languages (LibreTranslate's shape); other codes are named by themselves.
-LANGUAGE_NAMES = {"ar": "Arabic", "cs": "Czech", "de": "German", "en": "English",
-                  "es": "Spanish", "fr": "French", "it": "Italian", "ja": "Japanese",
-                  "ko": "Korean", "nl": "Dutch", "pt": "Portuguese", "ru": "Russian",
-                  "zh": "Chinese"}
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ from pathlib import Path
 from attncli.core.config import check_process_shares
 from attncli.core.config_files import load_config, save_config
 from attncli.core.console import Reporter, SilentReporter, echo
-from attncli.core.device import allow_tf32, set_threads
+from attncli.core.device import allow_tf32, machine_description, set_threads
 from attncli.core.errors import LAUNCHER_ENV, AttncliError, report
+from attncli.core.files import atomic_write_json
 from attncli.core.plots import plot_curves
-from attncli.runs.layout import RunPaths, run_lock
+from attncli.runs.layout import RunPaths, read_machines, run_lock
 from attncli.training import distributed
 from attncli.training.distributed import World
 from attncli.training.extension import forget_end_validation
@@ -96,6 +97,7 @@ def _run(config, data, paths: RunPaths, *, reporter: Reporter, world: World, dev
             if resuming:
                 _resume(trainer, config, reporter, from_step_0)
             if world.primary:
+                _record_machine(paths, trainer, world.size)
                 tensorboard = trainer.metrics.mirror = open_tensorboard(
                     config.train.tensorboard, paths.tensorboard,
                     None if from_step_0 else trainer.state.step)
@@ -139,6 +141,17 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
     reporter.line(f"resumed {paths.root} from {folder.name} at step {trainer.state.step} "
                   f"(epoch {trainer.state.epoch + 1}); {dropped} metric events past it "
                   f"dropped{past}")
+
+
+def _record_machine(paths: RunPaths, trainer: Trainer, processes: int) -> None:
+    """Add this training session's machine to machine.json (the model card's "trained on"): a
+    resumed run may continue elsewhere, so each session is one entry, from the step it
+    started at; a session that started from the same step again replaces that entry."""
+    step = trainer.state.step
+    sessions = [entry for entry in read_machines(paths) if entry.get("from_step", -1) < step]
+    sessions.append({"from_step": step, "precision": trainer.precision,
+                     **machine_description(trainer.device, processes)})
+    atomic_write_json(paths.machine, sessions)
 
 
 def _signal_exit(signal_name: str | None, trainer: Trainer, reporter: Reporter) -> int | None:

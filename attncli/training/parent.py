@@ -18,7 +18,6 @@ read and before any run folder exists.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from attncli.core.config import WEIGHTLESS_MODEL_KEYS, Config, DataConfig
 from attncli.core.config_files import load_config, parse_config
 from attncli.core.errors import AttncliError
-from attncli.runs.layout import RunPaths, checkpoint_dir, open_run, read_state
+from attncli.runs.layout import RunPaths, checkpoint_dir, open_run, read_parent_record, read_state
 
 # The keys of the parent's sections that CONFIG decides (the others are the parent's).
 FROM_CONFIG = {"model": WEIGHTLESS_MODEL_KEYS, "tokenizer": frozenset()}
@@ -113,20 +112,6 @@ def parent_record(parent: Parent, digest: str) -> dict[str, Any]:
                               "weights_sha256": digest, "updates": updates}
     if (chain := read_parent_record(parent.paths)) is not None:
         record["parent"] = chain
-    return record
-
-
-def read_parent_record(paths: RunPaths) -> dict[str, Any] | None:
-    """A run's parent.json (None: the run was trained from scratch)."""
-    if not paths.parent_record.is_file():
-        return None
-    try:
-        record = json.loads(paths.parent_record.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise AttncliError(f"{paths.parent_record}: not readable ({err})") from None
-    if not isinstance(record, dict) or not {"run", "checkpoint", "weights_sha256"} <= set(record):
-        raise AttncliError(f"{paths.parent_record}: not a parent record (expected run, "
-                           f"checkpoint, weights_sha256)")
     return record
 
 

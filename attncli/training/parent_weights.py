@@ -24,8 +24,8 @@ from attncli.runs.checkpoints import (
     tensor_mismatch,
     weights_digest,
 )
-from attncli.runs.layout import MODEL_FILE, RunPaths
-from attncli.training.parent import Parent, read_parent_record
+from attncli.runs.layout import MODEL_FILE, RunPaths, read_parent_record
+from attncli.training.parent import Parent
 
 
 def check_parent_weights(parent: Parent, config: Config, tokenizer: Tokenizer) -> str:

@@ -81,8 +81,7 @@ def _new_run(config, parent: Parent | None, *, config_path, name: str | None, ru
         atomic_write_json(paths.parent_record, parent_record(parent, digest))
     save_config(config, paths.config)
     data.models.install(paths.root)
-    if data.mixed:
-        atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
+    atomic_write_json(paths.corpora, corpus_reports(data, config.data.max_len))
     return data, paths
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from attncli.core.config import WEIGHTLESS_MODEL_KEYS, Config, TrainConfig
+from attncli.core.config import TERMS_KEYS, WEIGHTLESS_MODEL_KEYS, Config, TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.core.text import language_subtag
 from attncli.decoding.scoring import bleu_tokenizer
 from attncli.training.stops import StopReason
 
 RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
-    "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc"}),
+    "data": frozenset({"valid_limit", "val", "test", "cache_dir", "num_proc", *TERMS_KEYS}),
     "tokenizer": frozenset({"sample_size", "sample_bytes"}),  # the run's own tokenizer is loaded
     "model": WEIGHTLESS_MODEL_KEYS,  # dropout and the attention kernel: not the weights' shapes
     "train": frozenset({
@@ -48,7 +48,8 @@ def check_resume_changes(saved: Config, wanted: Config, run: str) -> None:
     old, new = saved.to_dict(), wanted.to_dict()
     for section, allowed in RESUME_MAY_CHANGE.items():
         for key, value in new[section].items():
-            if value == old[section].get(key) or allowed is None or key in allowed:
+            if (_without_terms(key, value) == _without_terms(key, old[section].get(key))
+                    or allowed is None or key in allowed):
                 continue
             raise AttncliError(
                 f"--resume {run}: {section}.{key} cannot change when resuming "
@@ -61,7 +62,8 @@ def fixed_settings(config: Config) -> dict[str, Any]:
     """Every key a resume may not change, 'section.key' -> value. state.json keeps them, so a
     hand-edited config.yaml cannot slip past `check_resume_changes`, which compares --set with
     that same file."""
-    return {f"{section}.{key}": value for section, values in config.to_dict().items()
+    return {f"{section}.{key}": _without_terms(key, value)
+            for section, values in config.to_dict().items()
             for key, value in values.items()
             if (allowed := RESUME_MAY_CHANGE.get(section, frozenset())) is not None
             and key not in allowed}
@@ -72,11 +74,21 @@ def check_fixed_settings(recorded: dict[str, Any], now: dict[str, Any], folder: 
     """Refuse fixed settings (`fixed_settings` of the config) that differ from those the
     checkpoint recorded (runs saved before they were recorded: nothing to compare)."""
     for key, value in recorded.items():
-        if key in now and now[key] != value:
+        if key in now and now[key] != _without_terms(key.rpartition(".")[2], value):
             raise AttncliError(
                 f"{folder}: {key} is {now[key]!r} in the run's config.yaml, but the run trained "
                 f"with {value!r} (was the file edited?); it cannot change when resuming: put it "
                 f"back, or start a new run")
+
+
+def _without_terms(key: str, value: Any) -> Any:
+    """`data.corpora` less each corpus's licence and attribution: they describe the data's
+    terms, not its pairs, so a resume may change them (as data.licence), and a checkpoint that
+    recorded them (attncli 0.6 before this) still compares equal."""
+    if key != "corpora" or not isinstance(value, list):
+        return value
+    return [{k: v for k, v in item.items() if k not in TERMS_KEYS} if isinstance(item, dict)
+            else item for item in value]
 
 
 def limit_reached(train: TrainConfig, step: int, epoch: int, elapsed: float

@@ -21,6 +21,7 @@ from attncli.core.plots import plot_curves
 from attncli.data.batching import resolve_workers
 from attncli.data.subwords import SubwordSampler
 from attncli.model.build import build_model, model_fingerprint
+from attncli.runs.card import card_at_end
 from attncli.runs.layout import RunPaths
 from attncli.runs.metrics import MetricsLog
 from attncli.training.averaging import average_at_end
@@ -235,6 +236,8 @@ class Trainer:
                            f"val BLEU {self.state.best_bleu:.2f}; run folder {self.paths.root}")
         if self.cfg.average_last and self.world.primary:
             self.reporter.line(average_at_end(self))
+        if self.world.primary:
+            self.reporter.line(card_at_end(self.paths))
         if stop.name is not None:
             self.reporter.line(f"{stop.name} came while the run was ending: its end (validation, "
                                f"save, averaging) was finished first")
