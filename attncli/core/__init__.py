@@ -18,4 +18,5 @@ reading order:
     malloc.py        glibc malloc tuning, before any command runs
     kernel_caches.py a bound on ideep's cache of compiled kernels, before torch loads
     memory.py        the process's resident memory, now and at its peak, for logs and bench
+    host.py          the CPUs this process may use (affinity, cgroup quota), before torch loads
 """
