@@ -296,9 +296,15 @@ class Service:
         timeout = self.options.timeout
         waiter = asyncio.wrap_future(future)
         gone = asyncio.ensure_future(_disconnected(request))
-        done, _ = await asyncio.wait({waiter, gone}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        gone.cancel()
+        try:
+            done, _ = await asyncio.wait({waiter, gone}, timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server's stop gave up on this request
+            future.cancel()  # nobody would read it: no decoding for it after the stop
+            waiter.cancel()
+            raise
+        finally:
+            gone.cancel()
         if waiter in done:
             return waiter.result()
         future.cancel()  # a queued job leaves the queue at once (a running one is not stopped)

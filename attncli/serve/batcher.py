@@ -32,6 +32,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+# How often an idle `run` wakes up with nothing to do: the main thread must take the interpreter
+# lock now and then, or a stop signal another thread took stays unhandled (serve/stopping.py).
+IDLE_WAKE_S = 0.2
+
 # run_batch(key, [items of each job], deliver) -> [result of each job], in the same order;
 # deliver(k, result) may hand job k's result over earlier, while the batch goes on.
 RunBatch = Callable[[Hashable, list[Any], Callable[[int, Any], None]], list[Any]]
@@ -125,7 +129,7 @@ class Batcher:
             while not self._jobs:
                 if self._stopping:
                     return None
-                self._cond.wait()
+                self._cond.wait(IDLE_WAKE_S)
             deadline = max(self._jobs[0].arrived, self._last_end) + self.wait_s
             while self._jobs and not self._stopping and self._short(self._jobs[0].key):
                 remaining = deadline - time.monotonic()

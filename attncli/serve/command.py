@@ -1,10 +1,11 @@
-"""`attncli serve`: load each run once and serve them over HTTP until SIGINT or SIGTERM.
+"""`attncli serve`: load each run once and serve them over HTTP until SIGINT, SIGTERM or SIGHUP.
 
 The process binds its socket itself before uvicorn starts, so a port in use is a one-line error
 (exit 2), ``--port 0`` picks a free port, and the line that names the address is printed only
-once connections are taken. On SIGINT or SIGTERM uvicorn stops accepting connections, the
+once connections are taken. On SIGINT, SIGTERM or SIGHUP uvicorn stops accepting connections, the
 requests in flight (queued ones included) are answered, the decoding loop ends, and the
-process exits 0. A second SIGINT stops at once.
+process exits 0. A second SIGINT stops at once. A stop signal that comes while the runs load
+exits 0 at once (serve/stopping.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.core.errors import AttncliError
+from attncli.serve.stopping import STOP_SIGNALS, block_stop_signals
 
 INSTALL_HINT = "attncli serve needs Starlette and uvicorn: pip install 'attncli[serve]'"
 
@@ -52,27 +55,32 @@ def _url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
-def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
-    """uvicorn in a thread, decoding in this (the main) thread, until SIGINT or SIGTERM.
+def _serve(app, sock: socket.socket, batcher, timeout: float,
+           announce: Callable[[], None]) -> None:
+    """uvicorn in a thread, decoding in this (the main) thread, until SIGINT, SIGTERM or SIGHUP.
 
     Why decoding keeps the main thread: the model was loaded here, so torch's OpenMP threads
     belong to this thread. Calls from a second thread make a second team of them, more threads
     than cores on a small machine, and OpenMP then stops spinning between parallel regions:
-    decoding got three times slower (benchmarks/MEASUREMENTS.md). The signals come here too,
-    and tell uvicorn to stop; uvicorn then finishes the requests in flight, and its shutdown
-    stops the batcher, whose loop returns once the queue is empty. A second Ctrl-C (SIGINT)
-    ends the process at once (exit 130), whatever is decoding; a failure of the decoding loop
-    stops uvicorn too, so no request is taken that nobody would answer.
+    decoding got three times slower (benchmarks/MEASUREMENTS.md). The signals come here too
+    (the HTTP thread blocks them: serve/stopping.py says why that matters), and tell uvicorn to
+    stop; uvicorn then finishes the requests in flight, each within its --timeout, and its
+    shutdown stops the batcher, whose loop returns once the queue is empty. A second Ctrl-C
+    (SIGINT) ends the process at once (exit 130), whatever is decoding; a failure of the
+    decoding loop stops uvicorn too, so no request is taken that nobody would answer.
+    `announce` says the server is up once these handlers are in place, so a stop signal that
+    follows it stops the server gracefully, never by the start-up's exit.
     """
     import uvicorn
 
-    # Requests wait at most `timeout` for their translation; the stop waits a little longer.
+    # Requests wait at most `timeout` for their translation; the stop waits a second longer.
     server = uvicorn.Server(uvicorn.Config(app, log_level="info", lifespan="on",
-                                           timeout_graceful_shutdown=timeout + 10,
+                                           timeout_graceful_shutdown=timeout + 1,
                                            server_header=False))
     failed: list[BaseException] = []
 
     def http() -> None:
+        block_stop_signals()
         try:
             server.run(sockets=[sock])
         except BaseException as err:  # uvicorn exits on a failed start-up: say so below
@@ -85,11 +93,11 @@ def _serve(app, sock: socket.socket, batcher, timeout: float) -> None:
             os._exit(130)
         server.handle_exit(sig, frame)
 
-    handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, on_signal) for sig in handled}
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     thread = threading.Thread(target=http, name="attncli-http")
     try:
         thread.start()
+        announce()
         try:
             batcher.run()
         except BaseException:  # decoding is over: stop taking requests nobody would answer
@@ -210,5 +218,5 @@ def serve_command(options: ServeCommandOptions) -> None:
     served = ServeOptions(limits, options.api_key or None, list(options.cors_origins),
                           options.timeout, hosts=_loopback_names(options.host))
     sock = _listen(options.host, options.port)
-    _say_serving(pairs, _url(sock))
-    _serve(build_app(pairs, batcher, served), sock, batcher, options.timeout)
+    _serve(build_app(pairs, batcher, served), sock, batcher, options.timeout,
+           announce=lambda: _say_serving(pairs, _url(sock)))
