@@ -1,5 +1,5 @@
 """The 30-minute recipe study: train variants of a config for `train.max_minutes`, evaluate each,
-and print one table row per run (the CPU kind, seed, updates reached, validation and test BLEU).
+and print one table row per run (the host, seed, updates reached, validation and test BLEU).
 
 Each variant is a name and `--set` overrides of the config; every run trains alone (one at a
 time, the machine to itself) and is then scored by `attncli eval` (beam 5, the checkpoint eval
@@ -22,8 +22,10 @@ from pathlib import Path
 import yaml
 
 from attncli.evaluate import eval_reports
+from attncli.runs.card import calibration_fact, host_facts
+from attncli.runs.layout import RunPaths, read_machines
 
-COLUMNS = ("run", "CPU", "seed", "updates", "best val (greedy)", "averaged val (greedy)",
+COLUMNS = ("run", "host", "seed", "updates", "best val (greedy)", "averaged val (greedy)",
            "each corpus's last val (a mix)", "test BLEU (beam 5; a mix: each corpus's)",
            "test chrF", "checkpoint")
 
@@ -36,6 +38,18 @@ def cpu_kind() -> str:
         else False
     bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return f"{torch.backends.cpu.get_cpu_capability()}, bf16 {bf16}, AMX {amx}"
+
+
+def host(run: Path, fallback: str) -> str:
+    """The host the run trained on, as its machine.json recorded it (the last session's CPU,
+    family/model/stepping, usable CPUs, flags, threads and calibration; issue 63: hosts of one
+    CPU name differed 1.6 times in speed); `fallback`, this machine's `cpu_kind`, for a run
+    made before machine.json named the host."""
+    sessions = read_machines(RunPaths(run))
+    if not sessions or "calibration" not in sessions[-1]:
+        return fallback
+    entry = sessions[-1]
+    return f"{entry.get('cpu')} ({'; '.join([*host_facts(entry), *calibration_fact(entry)])})"
 
 
 def train_and_eval(config: Path, runs_dir: Path, name: str, *, overrides: list[str],
@@ -63,7 +77,7 @@ def row(run: Path, cpu: str) -> list[str]:
     seed = yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"]
     best = max(vals, key=lambda e: e["val_bleu"])
     last = vals[-1].get("corpora", {})  # a mix: each corpus's greedy BLEU at the end
-    return [run.name, cpu, str(seed), f"{vals[-1]['step']:,}",
+    return [run.name, host(run, cpu), str(seed), f"{vals[-1]['step']:,}",
             f"{best['val_bleu']:.2f} (step {best['step']:,})",
             "" if averaged is None else f"{averaged['val_bleu']:.2f}",
             " / ".join(f"{name} {v['val_bleu']:.2f}" for name, v in last.items()),

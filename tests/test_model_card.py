@@ -39,11 +39,47 @@ def test_training_ends_with_a_card_of_what_the_run_recorded(run):
     machine = json.loads((run / "machine.json").read_text())
     assert machine[0]["from_step"] == 0 and machine[0]["precision"] == "fp32"
     assert f"trained in fp32 on {machine[0]['device_name']}" in card
+    assert_the_host_is_recorded_and_carded(machine[0], card)
     assert "- 6 updates" in card and "minutes of training" in card
     assert f"| {EXAMPLE} |" in card  # the example and what step-6 makes of it
     assert "1 encoder and 1 decoder layers, width 32" in card
     assert str(run.parent) not in card and "/tmp" not in card
     assert "No `attncli eval` score of this checkpoint" in card
+
+
+def assert_the_host_is_recorded_and_carded(entry: dict, card: str) -> None:
+    """Issue 63: what tells apart hosts of one CPU name, in machine.json and on the card."""
+    assert isinstance(entry["usable_cpus"], int) and entry["usable_cpus"] >= 1
+    assert entry["usable_cpus"] <= entry["affinity_cpus"] and entry["torch_threads"] >= 1
+    assert set(entry["cpu_flags"]) <= {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}
+    for key in ("cpu_vendor", "cpu_family", "cpu_model", "cpu_stepping", "threads_per_core",
+                "cgroup_cpu_quota"):
+        assert key in entry  # None where this machine does not say (not Linux, ARM)
+    calibration = entry["calibration"]
+    assert calibration["precision"] == "fp32" and calibration["tflops"] > 0
+    assert calibration["threads"] == entry["torch_threads"] and "lowers it" in calibration["note"]
+    assert f"{calibration['tflops']:.3g} TFLOP/s fp32 measured at start" in card
+    assert f"{entry['usable_cpus']} usable CPU" in card
+    assert f"{entry['torch_threads']} torch thread" in card
+    if entry["cpu_family"] is not None:
+        assert (f"{entry['cpu_vendor']} family {entry['cpu_family']} model {entry['cpu_model']} "
+                f"stepping {entry['cpu_stepping']}") in card
+    assert "None" not in card
+
+
+def test_an_entry_from_before_the_host_facts_reads_as_it_did(run, tmp_path):
+    """machine.json written before issue 63 (name, cores, bf16): no new fact, no "None"."""
+    copy = Path(shutil.copytree(run, tmp_path / "older"))
+    old = {"from_step": 0, "precision": "bf16", "device": "cpu", "device_name": "AMD EPYC",
+           "cpu": "AMD EPYC", "cpu_cores": 2, "cpu_bf16": True, "processes": 1,
+           "torch": "2.13.0+cpu", "system": "Linux x86_64"}
+    (copy / "machine.json").write_text(json.dumps([old]))
+    result = run_cli("card", str(copy))
+    assert result.returncode == 0, result.stderr
+    card = (copy / "README.md").read_text()
+    assert ("- trained in bf16 on AMD EPYC (2 cores, AVX-512-BF16 or AMX); torch 2.13.0+cpu, "
+            "Linux x86_64\n") in card
+    assert "None" not in card and "TFLOP/s" not in card and "usable" not in card
 
 
 def test_a_non_commercial_share_alike_corpus_is_flagged_at_the_top(run, tmp_path):

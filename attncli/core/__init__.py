@@ -18,5 +18,8 @@ reading order:
     malloc.py        glibc malloc tuning, before any command runs
     kernel_caches.py a bound on ideep's cache of compiled kernels, before torch loads
     memory.py        the process's resident memory, now and at its peak, for logs and bench
-    host.py          the CPUs this process may use (affinity, cgroup quota), before torch loads
+    host.py          the CPUs this process may use (affinity, cgroup quota), before torch loads,
+                     and which CPU they are (/proc/cpuinfo: family, model, flags)
+    calibration.py   a short matrix-product measurement of the machine a run starts on
+    machine_load.py  what other processes take of this process's CPUs (/proc/stat), for bench
 """

@@ -12,8 +12,10 @@ from typing import Any
 
 import torch
 
+from attncli.core.calibration import matmul_calibration
 from attncli.core.config import LARGEST_AUTO_PAD_MULTIPLE
 from attncli.core.errors import AttncliError
+from attncli.core.host import host_description
 
 
 def requested_device(name: str) -> torch.device:
@@ -152,12 +154,18 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_description(device: torch.device, processes: int = 1) -> dict[str, Any]:
+def machine_description(device: torch.device, processes: int = 1, *,
+                        precision: str = "fp32") -> dict[str, Any]:
     """What a run trained on, for the run folder (`machine.json`) and its model card: the
     device's name, the CPU's, its cores and bf16 instructions, the processes, torch's
-    version. Read from this machine, never guessed."""
+    version; the CPU's family, model and stepping, threads per core, the CPUs this process
+    may use, its kernel flags and torch's threads (`host.host_description`); and a short
+    matrix-product calibration in the run's `precision`, since hosts of one name can differ
+    in speed (issue 63). Read and measured on this machine, never guessed."""
     cpu = device_name(torch.device("cpu"))
     return {"device": device.type, "device_name": device_name(device), "cpu": cpu,
             "cpu_cores": os.cpu_count(), "cpu_bf16": cpu_supports_bf16(),
             "processes": processes, "torch": torch.__version__,
-            "system": f"{platform.system()} {platform.machine()}"}
+            "system": f"{platform.system()} {platform.machine()}",
+            **host_description(), "torch_threads": torch.get_num_threads(),
+            "calibration": matmul_calibration(device, precision)}

@@ -246,14 +246,67 @@ def _training_section(paths: RunPaths, checkpoint: Path) -> str:
 
 
 def _machine_line(entry: dict[str, Any], several: bool) -> str:
+    """One training session's machine. Sessions recorded before issue 63 have only the name,
+    cores and bf16; the host facts (`host_facts`) are said where recorded, so an old entry reads
+    as it always did."""
     where = f"from update {entry.get('from_step', 0):,}: " if several else ""
     device = entry.get("device_name") or entry.get("device")
-    cpu = (f" ({entry.get('cpu_cores')} cores"
-           + (", AVX-512-BF16 or AMX" if entry.get("cpu_bf16") else "") + ")"
-           if entry.get("device") == "cpu" else f", CPU {entry.get('cpu')}")
+    speed = calibration_fact(entry)
+    if entry.get("device") == "cpu":
+        cores = f"{entry.get('cpu_cores')} cores"
+        if entry.get("cpu_bf16") and "cpu_flags" not in entry:  # newer entries name the flags
+            cores += ", AVX-512-BF16 or AMX"
+        cpu = f" ({'; '.join([cores, *host_facts(entry), *speed])})"
+    else:
+        facts = host_facts(entry)
+        cpu = ((f" ({speed[0]})" if speed else "") + f", CPU {entry.get('cpu')}"
+               + (f" ({'; '.join(facts)})" if facts else ""))
     processes = f", {entry['processes']} processes" if entry.get("processes", 1) > 1 else ""
     return (f"{where}trained in {entry.get('precision', 'an unrecorded precision')} on "
             f"{device}{cpu}{processes}; torch {entry.get('torch')}, {entry.get('system')}")
+
+
+def host_facts(entry: dict[str, Any]) -> list[str]:
+    """What tells apart hosts of one CPU name, as machine.json recorded it (issue 63): the
+    CPU's vendor, family, model and stepping, the CPUs the session could use and threads per
+    core, its kernel flags and torch's threads; each left out where the entry lacks it (an
+    older one has none), so no "None" is ever printed."""
+    facts = []
+    identity = [(f"{label} {entry[key]}" if label else str(entry[key]))
+                for label, key in (("", "cpu_vendor"), ("family", "cpu_family"),
+                                   ("model", "cpu_model"), ("stepping", "cpu_stepping"))
+                if entry.get(key) is not None]
+    if identity:
+        facts.append(" ".join(identity))
+    cpus = []
+    if isinstance(entry.get("usable_cpus"), int):
+        quota = entry.get("cgroup_cpu_quota")
+        cpus.append(_count(entry["usable_cpus"], "usable CPU")
+                    + (f" (cgroup quota {quota:g})" if isinstance(quota, (int, float)) else ""))
+    if isinstance(entry.get("threads_per_core"), int):
+        cpus.append(_count(entry["threads_per_core"], "thread") + " per core")
+    if cpus:
+        facts.append(", ".join(cpus))
+    if entry.get("cpu_flags"):
+        facts.append(", ".join(entry["cpu_flags"]))
+    if isinstance(entry.get("torch_threads"), int):
+        facts.append(_count(entry["torch_threads"], "torch thread"))
+    return facts
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def calibration_fact(entry: dict[str, Any]) -> list[str]:
+    """The session's matrix-product calibration, as [one phrase], or [] where none was
+    recorded."""
+    calibration = entry.get("calibration")
+    if not isinstance(calibration, dict) or not isinstance(calibration.get("tflops"),
+                                                           (int, float)):
+        return []
+    precision = f" {calibration['precision']}" if calibration.get("precision") else ""
+    return [f"{calibration['tflops']:.3g} TFLOP/s{precision} measured at start"]
 
 
 def _scores_section(paths: RunPaths, trained: TrainedModel, digest: str) -> str:

@@ -7,7 +7,10 @@ finding runs again, and their checkpoints by the names `--checkpoint` takes.
                                    filter, kept, weight, share), its licence and attribution
                                    (every run from attncli 0.6; before, a mix's only)
       machine.json                 what each training session ran on: device, CPU, cores, bf16,
-                                   processes, torch, from which step (from attncli 0.6)
+                                   processes, torch, from which step (from attncli 0.6); the
+                                   CPU's family/model/stepping, threads per core, usable CPUs,
+                                   kernel flags, torch's threads and a matmul calibration
+                                   (issue 63; older entries lack them)
       README.md                    the model card (runs/card.py): written when training ends
                                    and by `attncli card RUN`
       spm.model                    SentencePiece model (joint) — or spm.src.model + spm.tgt.model

@@ -146,11 +146,14 @@ def _resume(trainer: Trainer, config, reporter: Reporter, from_step_0: bool) -> 
 def _record_machine(paths: RunPaths, trainer: Trainer, processes: int) -> None:
     """Add this training session's machine to machine.json (the model card's "trained on"): a
     resumed run may continue elsewhere, so each session is one entry, from the step it
-    started at; a session that started from the same step again replaces that entry."""
+    started at; a session that started from the same step again replaces that entry. Which
+    host it is includes a calibration of its speed (`machine_description`), measured here,
+    before the first update, so the session starts a fraction of a second later."""
     step = trainer.state.step
     sessions = [entry for entry in read_machines(paths) if entry.get("from_step", -1) < step]
     sessions.append({"from_step": step, "precision": trainer.precision,
-                     **machine_description(trainer.device, processes)})
+                     **machine_description(trainer.device, processes,
+                                           precision=trainer.precision)})
     atomic_write_json(paths.machine, sessions)
 
 
