@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.core.errors import AttncliError
-from attncli.serve.stopping import STOP_SIGNALS, block_stop_signals
+from attncli.serve.stopping import STOP_SIGNALS, block_stop_signals, exit_after_serving
 
 INSTALL_HINT = "attncli serve needs Starlette and uvicorn: pip install 'attncli[serve]'"
 
@@ -220,3 +220,4 @@ def serve_command(options: ServeCommandOptions) -> None:
     sock = _listen(options.host, options.port)
     _serve(build_app(pairs, batcher, served), sock, batcher, options.timeout,
            announce=lambda: _say_serving(pairs, _url(sock)))
+    exit_after_serving()

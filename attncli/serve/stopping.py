@@ -9,6 +9,8 @@ Two phases, one rule each:
   it was told to stop. The handlers are installed by the entry point, before the CLI imports
   anything, when the command is `serve`.
 - **Serving**: the signal asks uvicorn to stop (command.py); requests in flight are answered.
+  Then the process ends without the interpreter's teardown (`exit_after_serving`): unloading
+  torch and the models is most of an idle server's stop, and nothing is left to write.
 
 Why the serving phase needs more than a handler: CPython runs Python signal handlers only in
 the main thread, and a process-wide signal may be taken by any thread that does not block it
@@ -57,3 +59,16 @@ def block_stop_signals() -> None:
     kernel hands them to the main thread, where their handlers run (module doc)."""
     if sys.platform != "win32":
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def exit_after_serving() -> None:
+    """End the process (exit 0) once the server has stopped cleanly: outputs flushed and the
+    log closed, but not torch's and the models' teardown, which took longer than the whole
+    stop before it (benchmarks/MEASUREMENTS.md, "Stopping the server")."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
