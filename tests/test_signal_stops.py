@@ -133,3 +133,39 @@ def test_a_save_a_signal_made_between_saves_goes_once_a_newer_one_exists(data_di
         "step-2", "step-4", "step-6"]
     (averaged,) = [r for r in metrics(run) if r["event"] == "averaged"]
     assert averaged["steps"] == [2, 4, 6]
+
+
+def test_closing_the_terminal_stops_a_run_with_a_save(data_dir, tmp_path):
+    """A real terminal closed under a run: `attncli train` in a pseudo-terminal whose other end
+    is closed gets SIGHUP, and its outputs then fail (EIO); it still saves and exits 129, and
+    the run resumes from that save."""
+    import pty
+    import sys
+    import time
+
+    from helpers import REPO, train_args
+
+    sets = ["train.max_steps=100000", "train.save_every=1000", "train.eval_every=1000"]
+    argv = [sys.executable, "-m", "attncli", *train_args(SMALL, "--name", "hup", runs=tmp_path,
+                                                         sets=sets)]
+    env = {**os.environ, "ATTNCLI_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: a session of its own, the pseudo-terminal its controlling one
+        os.chdir(REPO)
+        os.execve(sys.executable, argv, env)
+    run, seen, deadline = tmp_path / "hup", b"", time.monotonic() + 120
+    while b"step" not in seen and time.monotonic() < deadline:  # until it trains
+        try:
+            seen += os.read(terminal, 4096)
+        except OSError:
+            break
+    time.sleep(1)
+    os.close(terminal)  # the terminal's window closes
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP, seen.decode()[-2000:]
+    log = (run / "train.log").read_text()
+    assert "SIGHUP: saved a checkpoint at step" in log, log[-2000:]
+    step = int(pointers(run)["last"].removeprefix("step-"))
+    resumed = resume(data_dir, run, f"train.max_steps={step + 2}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert pointers(run)["last"] == f"step-{step + 2}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,8 +35,8 @@ from attncli.training.validate import rescore_best
 def train_command(config, resumed: RunPaths | None, *, config_path, name: str | None, runs_dir,
                   device_name: str, parent: Parent | None = None) -> None:
     """Train a new run from ``config`` (from ``parent``'s weights when it is given: a
-    fine-tuning run), or continue the run folder ``resumed``; exits 130 or 143 when SIGINT or
-    SIGTERM stopped it (after saving)."""
+    fine-tuning run), or continue the run folder ``resumed``; exits 130, 143 or 129 when
+    SIGINT, SIGTERM or SIGHUP stopped it (after saving)."""
     world, device = distributed.start(device_name)
     try:
         with distributed.peer_failures_as_errors(world):
@@ -159,7 +160,7 @@ def _record_machine(paths: RunPaths, trainer: Trainer, processes: int) -> None:
 
 def _signal_exit(signal_name: str | None, trainer: Trainer, reporter: Reporter) -> int | None:
     """After a signal stop: the curves drawn, the way to resume said (train.log too), and the
-    exit code (130 SIGINT, 143 SIGTERM)."""
+    exit code (130 SIGINT, 143 SIGTERM, 129 SIGHUP: 128 + the signal's number)."""
     if not signal_name:
         return None
     world, paths = trainer.world, trainer.paths
@@ -172,7 +173,7 @@ def _signal_exit(signal_name: str | None, trainer: Trainer, reporter: Reporter) 
                else f"{how} in {world.size} processes again, as now")
     reporter.line(f"{signal_name}: saved a checkpoint at step {trainer.state.step}; resume "
                   f"with {how}")
-    return 130 if signal_name == "SIGINT" else 143
+    return 128 + signal.Signals[signal_name]
 
 
 @contextlib.contextmanager

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -24,8 +26,9 @@ class StopReason(enum.StrEnum):
       end: validated and saved there, and an extension (`--resume --set train.max_...`) goes on.
     - PATIENCE: `train.patience` validations in a row did not improve the best BLEU; the run is
       at its end, as at a limit.
-    - SIGNAL: SIGINT or SIGTERM asked the run to stop; it saves and can be resumed (exit 130 or
-      143), its end work (end validation, averaging) not done.
+    - SIGNAL: SIGINT, SIGTERM or SIGHUP (the terminal closed) asked the run to stop; it saves
+      and can be resumed (exit 130, 143 or 129), its end work (end validation, averaging) not
+      done.
     - NONFINITE: `train.max_nonfinite_updates` updates in a row were non-finite; nothing is
       saved and the run ends with an error.
     """
@@ -43,12 +46,19 @@ class StopReason(enum.StrEnum):
         return self not in (StopReason.SIGNAL, StopReason.NONFINITE)
 
 
+# The signals that stop a run with a save: Ctrl-C, `kill`/docker/systemd, and a closed terminal
+# (SIGHUP reaches the terminal's processes when its window or SSH session closes).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class StopSignal:
-    """Turns SIGINT/SIGTERM into a flag checked between updates, so a checkpoint gets saved.
+    """Turns SIGINT/SIGTERM/SIGHUP into a flag checked between updates, so a checkpoint gets
+    saved.
 
     A second signal stops at once, for a user who will not wait: SIGINT as a
-    KeyboardInterrupt (exit 130), SIGTERM with exit 143, as a SIGTERM's end reads. What is on
-    disk is the last checkpoint, whole (saves are atomic).
+    KeyboardInterrupt (exit 130), SIGTERM and SIGHUP with exit 128 + the signal's number, as a
+    death by that signal reads. What is on disk is the last checkpoint, whole (saves are
+    atomic).
     """
 
     def __init__(self, echo_s: float = 0.0):
@@ -60,7 +70,7 @@ class StopSignal:
         self._previous = {}
 
     def __enter__(self) -> StopSignal:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -72,14 +82,33 @@ class StopSignal:
             signal.signal(signum, self._previous[signum])
             print(f"a second {name}: stopped at once; the run resumes from its last checkpoint",
                   file=sys.stderr, flush=True)
-            if signum == signal.SIGTERM:
+            if signum != signal.SIGINT:
                 raise SystemExit(128 + signum)
             raise KeyboardInterrupt
         self.name, self._first_at = name, time.monotonic()
+        if signum == signal.SIGHUP:
+            _leave_the_closed_terminal()
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def _leave_the_closed_terminal() -> None:
+    """After SIGHUP the terminal is gone, and every write to it fails (EIO): the progress bar's
+    next refresh or the line that says where the run saved would end the process before its
+    save. Standard output and error that are terminals go to /dev/null from here on; train.log
+    still gets every line."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        null_device = os.fstat(devnull).st_rdev
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                info = os.fstat(fd)
+                if stat.S_ISCHR(info.st_mode) and info.st_rdev != null_device:  # a terminal
+                    os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 class Stopwatch:
