@@ -151,7 +151,6 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
                 None, None, None, None)
 
 
-@torch.compiler.disable  # its chunk loop would make a graph per row count; eager is as fast
 def projected_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor, targets: Tensor, *,
                             ignore_index: int, label_smoothing: float = 0.0,
                             compute_dtype: torch.dtype = torch.float32) -> Tensor:

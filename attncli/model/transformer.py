@@ -76,6 +76,9 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.output_bias = nn.Parameter(torch.zeros(tgt_vocab))
         self.output = None if cfg.ties_output else nn.Linear(cfg.d_model, tgt_vocab, bias=False)
+        # The training loss's function, an attribute so that a compiled run can keep it eager
+        # (training/step.py `compile_loss`) without every process importing the compiler.
+        self.cross_entropy = projected_cross_entropy
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -178,6 +181,6 @@ class Seq2SeqTransformer(nn.Module):
         """
         memory, src_mask = self.encode(src)
         hidden, _ = self._decoder_states(tgt_in, memory, src_mask)
-        return projected_cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
-                                       ignore_index=self.pad_id, label_smoothing=label_smoothing,
-                                       compute_dtype=compute_dtype)
+        return self.cross_entropy(hidden, self.output_weight, self.output_bias, tgt_out,
+                                  ignore_index=self.pad_id, label_smoothing=label_smoothing,
+                                  compute_dtype=compute_dtype)

@@ -111,6 +111,9 @@ def compile_loss(model: nn.Module, backend: str = "inductor") -> None:
     Batch shapes vary from batch to batch: the first shape compiles a static graph, the second
     a graph with dynamic lengths and batch size (torch's automatic dynamic shapes) that the
     others reuse. The chunked loss stays eager (see `model/loss.py`) and so does the CPU dropout
-    mask trick (see `model/dropout.py`), since either would make a graph per shape.
+    mask trick (see `model/dropout.py`), since either would make a graph per shape. The loss is
+    marked eager here rather than where it is defined: `torch.compiler.disable` imports
+    torch._dynamo, most of a second that every translate, serve and eval paid for nothing.
     """
+    model.cross_entropy = torch.compiler.disable(model.cross_entropy)
     model.summed_loss = torch.compile(model.summed_loss, backend=backend)
