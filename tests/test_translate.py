@@ -538,3 +538,21 @@ def test_a_closed_standard_output_is_one_line(workdir, run_dir):
     assert done.returncode == 2
     assert done.stderr.decode().strip().splitlines()[-1] == (
         "error: standard output is closed: give --output FILE")
+
+
+def test_translating_never_imports_the_compiler(served_run, tmp_path):
+    """torch._dynamo costs most of a second to import: a command that does not compile (here a
+    whole `attncli translate`, which loads a run and decodes) must not load it."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    probe = ("import sys, runpy; sys.argv = ['attncli', 'translate', '--run', sys.argv[1], "
+             "'a dog sees the cat']\ntry:\n    runpy.run_module('attncli', run_name='__main__')\n"
+             "except SystemExit as stop:\n    assert not stop.code, stop.code\n"
+             "print('dynamo' if 'torch._dynamo' in sys.modules else 'no dynamo')")
+    done = subprocess.run([sys.executable, "-c", probe, str(served_run)], capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "no dynamo", done.stdout
