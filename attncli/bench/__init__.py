@@ -16,6 +16,8 @@ Imports every layer up to `training` (its train step), never `serve`. One module
 ``timing`` (the timer), ``peaks`` (the device's peak throughput), ``flops`` (the FLOP model),
 ``peer`` (the torch.nn.Transformer peer), ``attention_suite``, ``train_suite``,
 ``infer_suite``, ``render`` (the tables) and ``command`` (the CLI entry and the JSON report).
+Each suite is measured beside what other processes take of the CPUs (``core.machine_load``):
+a busy machine marks the report and prints a warning.
 """
 
 from attncli.bench.attention_suite import AttentionSizes, run_attention_suite

@@ -117,3 +117,39 @@ def render_infer(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
 
 
 RENDERERS = {"attention": render_attention, "train": render_train, "infer": render_infer}
+
+
+def render_threads(threads: dict[str, Any]) -> Text:
+    """The thread settings the run used, on one line: torch's pools, then the environment
+    settings that were set, then those that were not."""
+    env = {name: value for name, value in threads.items() if not name.startswith("torch_")}
+    words = [f"threads: torch {threads['torch_threads']}, inter-op "
+             f"{threads['torch_interop_threads']}",
+             *(f"{name}={value}" for name, value in env.items() if value is not None)]
+    if unset := [name for name, value in env.items() if value is None]:
+        words.append(f"unset: {', '.join(unset)}")
+    return Text(" · ".join(words), style="dim")
+
+
+def _taken(load: dict[str, Any] | None, usable: int) -> str:
+    """CPUs' worth taken from this process's usable CPUs, and their share of them."""
+    if load is None:
+        return "unknown"
+    return f"{load['others_share'] * usable:.2f} ({load['others_share']:.0%})"
+
+
+def render_load(suite: str, load: dict[str, Any], usable: int) -> list[RenderableType]:
+    """A warning when other processes took a busy share of the CPUs before or during `suite`
+    (see core.machine_load for the rule), else one dim line of what they took: either way the
+    reader sees that the machine was checked, and what its figures are worth."""
+    if load["busy"] is None:
+        return [Text(f"machine load during the {suite} suite: unknown (no /proc/stat here); "
+                     "its timings assume nothing else ran", style="dim")]
+    taken = (f"{_taken(load['before'], usable)} of the {usable} usable CPUs before it and "
+             f"{_taken(load['during'], usable)} during it")
+    if not load["busy"]:
+        return [Text(f"machine load: other processes took {taken}: alone", style="dim")]
+    return [Text(f"warning: the {suite} suite ran beside other work: other processes took "
+                 f"{taken}, so its timings are slower than this machine alone gives; rerun it "
+                 "alone (docs/benchmarks.md, \"When the machine is not alone\")",
+                 style="bold yellow")]
