@@ -48,6 +48,9 @@ ENGINE_OPTION = typer.Option(
 NO_REPEAT_OPTION = typer.Option(
     None, "--no-repeat-ngram", min=0, metavar="N", help="No n-gram of N output subwords twice "
     "in a translation, 0 = off (default: the run's decode.no_repeat_ngram_size).")
+THREADS_OPTION = typer.Option(
+    None, "--threads", min=1, help="CPU threads to decode with (default: every CPU this "
+    "process may use; beside other work, fewer: see docs/serving.md#sharing-a-machine).")
 EXPORTED_OPTION = typer.Option(
     None, "--exported", help="The CTranslate2 folder for --engine ctranslate2 (default: "
     "RUN/ctranslate2).")
@@ -164,6 +167,7 @@ def eval_(
     engine: Engine = ENGINE_OPTION,
     exported: Path | None = EXPORTED_OPTION,
     no_repeat_ngram: int | None = NO_REPEAT_OPTION,
+    threads: int | None = THREADS_OPTION,
 ) -> None:
     """Translate a split with a checkpoint of the run and score it (sacreBLEU BLEU and chrF)."""
     from attncli.evaluate import EvalOptions, eval_command  # here: torch-free start-up
@@ -171,7 +175,7 @@ def eval_(
     eval_command(EvalOptions(
         run_dir=run_dir, split=split.value, data=data, beam=beam, json_out=json_out,
         device=device, checkpoint=checkpoint, engine=engine.value, exported=exported,
-        no_repeat_ngram=no_repeat_ngram))
+        no_repeat_ngram=no_repeat_ngram, threads=threads))
 
 
 @app.command()
@@ -213,6 +217,7 @@ def translate(
     paragraphs: bool = typer.Option(
         False, "--paragraphs", help="Hard-wrapped text: lines up to a blank line are one "
         "paragraph, written as one line (blank lines kept)."),
+    threads: int | None = THREADS_OPTION,
 ) -> None:
     """Translate text with a trained run (arguments, a file, or standard input): one output
     line per input line, each line's sentences translated and joined."""
@@ -223,7 +228,7 @@ def translate(
         output_file=output_file, json_out=json_out, show_attention=show_attention,
         attention_png=attention_png, layer=layer, head=head, device=device,
         checkpoint=checkpoint, engine=engine.value, exported=exported,
-        no_repeat_ngram=no_repeat_ngram, split=split, paragraphs=paragraphs))
+        no_repeat_ngram=no_repeat_ngram, split=split, paragraphs=paragraphs, threads=threads))
 
 
 @app.command()
@@ -259,6 +264,7 @@ def serve(
     batch_wait: float = typer.Option(
         10.0, "--batch-wait", min=0.0, help="Milliseconds a request waits for others to join "
         "its batch."),
+    threads: int | None = THREADS_OPTION,
 ) -> None:
     """Serve runs over HTTP: LibreTranslate's API, attncli's own with attention, and a page."""
     from attncli.serve.command import ServeCommandOptions, serve_command  # torch-free start-up
@@ -268,7 +274,7 @@ def serve(
         device=device, host=host, port=port, api_key=api_key, cors_origins=cors_origin,
         max_texts=max_texts, max_chars=max_chars, max_beam=max_beam, max_queue=max_queue,
         timeout=timeout, batch_size=batch_size, batch_tokens=batch_tokens,
-        batch_wait_ms=batch_wait))
+        batch_wait_ms=batch_wait, threads=threads))
 
 
 @app.command()
@@ -341,9 +347,11 @@ def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
     from attncli.core.kernel_caches import bound_kernel_caches  # here: torch-free start-up
     from attncli.core.malloc import keep_freed_memory
+    from attncli.core.thread_waits import set_thread_waits
 
     keep_freed_memory()
     bound_kernel_caches()
+    set_thread_waits()
     _escape_what_stdout_cannot_encode()
     try:
         code = app(standalone_mode=False)  # usage errors come here, said in one line below

@@ -20,6 +20,7 @@ from typing import Any
 
 from attncli.core.config import DecodeConfig, corpora_of
 from attncli.core.console import stdout_json
+from attncli.core.device import set_threads
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, atomic_write_text, output_folder_problem
 from attncli.data.sources import load_split
@@ -45,6 +46,7 @@ class EvalOptions:
     engine: str = "torch"
     exported: Path | None = None
     no_repeat_ngram: int | None = None
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def eval_command(options: EvalOptions) -> None:
     (eval/<split>-<data>.* for a split from --data, so the run's own scores stay; a mix of
     corpora: eval/<split>-<corpus>.* for each corpus's split)."""
     run_dir, split = options.run_dir, options.split
+    set_threads(options.threads)
     translator = Translator(run_dir, options.checkpoint, options.device, options.engine,
                             exported=options.exported, no_repeat_ngram=options.no_repeat_ngram)
     trained = translator.trained

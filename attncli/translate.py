@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from attncli.core.console import stdout_json
+from attncli.core.device import set_threads
 from attncli.core.errors import AttncliError
 from attncli.core.files import output_file_problem, replacing_file
 from attncli.core.plots import attention_table, plot_attention
@@ -66,6 +67,7 @@ class TranslateOptions:
     no_repeat_ngram: int | None = None
     split: bool = True
     paragraphs: bool = False
+    threads: int | None = None
 
     @property
     def whole_lines(self) -> bool:
@@ -414,6 +416,7 @@ def _open_translator(options: TranslateOptions) -> Translator:
     """The run (the latest one unless --run), loaded to decode; says which checkpoint when the
     choice was left to attncli."""
     run_dir = options.run if options.run is not None else find_latest_run(Path("runs")).root
+    set_threads(options.threads)
     translator = Translator(run_dir, options.checkpoint, options.device, options.engine,
                             exported=options.exported, no_repeat_ngram=options.no_repeat_ngram)
     if options.checkpoint == "auto":  # chosen for the user: say which

@@ -180,7 +180,7 @@ def _check(trial: Trial, served: Served, bound_s: float) -> None:
         trial.problems.append(f"the request in flight got {trial.client!r}")
 
 
-def run_trial(run: Path, moment: str, sig: signal.Signals, rng: random.Random,
+def run_trial(run: Path, moment: str, sig: signal.Signals, *, rng: random.Random,
               log: Path) -> Trial:
     """One server, one signal at `moment`; the trial's stop time and problems."""
     trial, outcome = Trial(moment, sig.name), []
@@ -237,14 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every trial here")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # ends the server and hogs too
     rng = random.Random(args.seed)
     hogs = _hogs(usable_cpus() if args.hogs is None else args.hogs)
     trials: list[Trial] = []
     try:
         for k in range(args.trials):
             sig = signal.SIGINT if (k // len(MOMENTS)) % 4 == 1 else signal.SIGTERM
-            trial = run_trial(args.run, MOMENTS[k % len(MOMENTS)], sig, rng,
-                              args.work / f"trial-{k}.log")
+            trial = run_trial(args.run, MOMENTS[k % len(MOMENTS)], sig, rng=rng,
+                              log=args.work / f"trial-{k}.log")
             trials.append(trial)
             print(f"{k:4d} {trial.moment:12s} {trial.signal:8s} {trial.stop_s} s "
                   f"exit {trial.exit_code} client {trial.client or '-'} "

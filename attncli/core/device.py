@@ -15,7 +15,7 @@ import torch
 from attncli.core.calibration import matmul_calibration
 from attncli.core.config import LARGEST_AUTO_PAD_MULTIPLE
 from attncli.core.errors import AttncliError
-from attncli.core.host import host_description
+from attncli.core.host import host_description, usable_cpus
 
 
 def requested_device(name: str) -> torch.device:
@@ -136,7 +136,13 @@ def allow_tf32(device: torch.device) -> None:
 
 
 def set_threads(threads: int | None) -> None:
-    """Use `threads` CPU threads (None keeps torch's default: all cores)."""
+    """Use `threads` CPU threads. None: OMP_NUM_THREADS or MKL_NUM_THREADS where the user set
+    one, else torch's default capped at the CPUs this process may use (`host.usable_cpus`):
+    torch counts the CPUs it may run on, not a container's CPU quota, and threads beyond the
+    quota only wait for their turn. Never the machine's load: training's threads decide its
+    loss curve."""
+    if threads is None and not {"OMP_NUM_THREADS", "MKL_NUM_THREADS"} & os.environ.keys():
+        threads = min(torch.get_num_threads(), usable_cpus())
     if threads:
         torch.set_num_threads(threads)
 

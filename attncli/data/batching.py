@@ -219,7 +219,8 @@ def batch_loader(corpus: Collates, batches: Iterable[np.ndarray], multiple: int,
 def _leave_stops_to_the_trainer(_worker: int) -> None:
     """A terminal's Ctrl-C (and its closing, SIGHUP) reaches its whole process group, and
     torchrun signals each rank's group with SIGTERM, so the workers get them too: they ignore
-    them, and the training process finishes its update and saves. (A worker that quit on one made the trainer's next batches
-    fail before the save; the workers still end with the trainer, as torch ends them.)"""
+    them, and the training process finishes its update and saves. (A worker that quit on one
+    made the trainer's next batches fail before the save; the workers still end with the
+    trainer, as torch ends them.)"""
     for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(stop, signal.SIG_IGN)

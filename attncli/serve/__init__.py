@@ -4,6 +4,7 @@ Imports every layer up to `runs` (a trained run, decoded), never `bench`. One jo
 in the order a request meets them:
 
     command.py     the CLI command: load each run once, bind, run uvicorn, stop gracefully
+    stopping.py    how a stop signal ends the server, from its first instant to its last
     app.py         the ASGI app (Starlette): routes, origin and key checks, errors as JSON
     openapi.py     GET /spec: the routes described in OpenAPI 3.0 (what the tests fuzz)
     requests.py    request bodies checked and turned into typed requests, or one-line errors

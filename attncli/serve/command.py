@@ -153,6 +153,7 @@ class ServeCommandOptions:
     batch_size: int | None = None
     batch_tokens: int = 8192
     batch_wait_ms: float = 10.0
+    threads: int | None = None
 
 
 def _load_runs(options: ServeCommandOptions):
@@ -206,10 +207,12 @@ def serve_command(options: ServeCommandOptions) -> None:
     _check(options.max_texts, options.max_queue, options.timeout, options.batch_wait_ms)
     # Imported here, after the checks above: Starlette (an optional dependency) is known to be
     # installed, and a bad option is said before torch loads (torch-free start-up).
+    from attncli.core.device import set_threads
     from attncli.serve.app import ServeOptions, build_app
     from attncli.serve.batcher import Batcher
     from attncli.serve.requests import Limits
 
+    set_threads(options.threads)  # in this thread, which decodes (see `_serve`)
     pairs = _load_runs(options)
     batch_size = options.batch_size or min(run.config.decode.batch_size for run in pairs.runs)
     batcher = Batcher(pairs.run_batch, options.max_queue, batch_size, options.batch_tokens,
