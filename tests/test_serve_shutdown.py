@@ -3,9 +3,12 @@ process exits 0."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from serving import Server
@@ -64,4 +67,33 @@ def test_sigterm_answers_the_queued_requests_then_exits_0(served_run, tmp_path):
         thread.join(60)
     assert statuses == [200] * REQUESTS, server.log()
     assert server.stop() == 0, server.log()
+    assert "Traceback" not in server.log()
+
+
+def _threads_taking_signals(pid: int) -> list[int]:
+    """The process's threads other than the main one that do not block SIGTERM."""
+    found = []
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        blocked = int(next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("SigBlk:")), 16)
+        if tid != pid and not blocked >> (signal.SIGTERM - 1) & 1:
+            found.append(tid)
+    return found
+
+
+def test_an_idle_server_stops_when_another_thread_takes_the_signal(served_run, tmp_path):
+    """The hang of issue 63: a process-wide SIGTERM that a thread other than the main one takes
+    (here sent to such a thread on purpose) while the main thread waits for work. The server
+    must stop all the same, at once."""
+    tgkill = getattr(ctypes.CDLL(None, use_errno=True), "tgkill", None)
+    if tgkill is None or not Path("/proc/self/task").is_dir():
+        pytest.skip("needs Linux with glibc's tgkill")
+    server = Server(served_run, log_path=tmp_path / "server.log", threads=2)
+    assert server.request("/v1/translate", {"text": TEXTS[:2]}).status == 200
+    time.sleep(0.5)  # idle: the main thread waits on the queue
+    others = _threads_taking_signals(server.process.pid)
+    assert others, "no thread but the main one could take the signal"
+    assert tgkill(server.process.pid, others[0], signal.SIGTERM) == 0
+    assert server.process.wait(10) == 0, server.log()
     assert "Traceback" not in server.log()
