@@ -33,8 +33,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WINDOW_S = 40.0  # how long an alone train or serve case is measured
-WARM_STEPS = 30  # training updates before a window opens (start-up, first shapes)
+WINDOW_S = 30.0  # how long an alone train or serve case, or train + serve, is measured
+WARM_STEPS = 20  # training updates before a window opens (start-up, first shapes)
 TRAIN_SETS = ["train.max_steps=1000000", "train.log_every=1", "train.eval_every=1000000",
               "train.save_every=1000000", "train.max_minutes=60", "train.examples=[]"]
 

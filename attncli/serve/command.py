@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncli.core.errors import AttncliError
-from attncli.serve.stopping import STOP_SIGNALS, block_stop_signals, exit_after_serving
+from attncli.serve.stopping import STOP_SIGNALS, block_stop_signals
 
 INSTALL_HINT = "attncli serve needs Starlette and uvicorn: pip install 'attncli[serve]'"
 
@@ -223,4 +223,3 @@ def serve_command(options: ServeCommandOptions) -> None:
     sock = _listen(options.host, options.port)
     _serve(build_app(pairs, batcher, served), sock, batcher, options.timeout,
            announce=lambda: _say_serving(pairs, _url(sock)))
-    exit_after_serving()

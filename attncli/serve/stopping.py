@@ -9,8 +9,8 @@ Two phases, one rule each:
   it was told to stop. The handlers are installed by the entry point, before the CLI imports
   anything, when the command is `serve`.
 - **Serving**: the signal asks uvicorn to stop (command.py); requests in flight are answered.
-  Then the process ends without the interpreter's teardown (`exit_after_serving`): unloading
-  torch and the models is most of an idle server's stop, and nothing is left to write.
+  Then the process ends without the interpreter's teardown (attncli/__main__.py): unloading
+  torch and the models was most of an idle server's stop, and nothing is left to write.
 
 Why the serving phase needs more than a handler: CPython runs Python signal handlers only in
 the main thread, and a process-wide signal may be taken by any thread that does not block it
@@ -29,7 +29,6 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -47,28 +46,9 @@ def stop_at_once_while_starting() -> None:
         signal.signal(sig, _exit_while_starting)
 
 
-def is_serve_command(argv: Sequence[str]) -> bool:
-    """Whether the command line (without the program's name) runs `attncli serve`: its first
-    word that is not an option (the root options are flags and take no value)."""
-    command = next((word for word in argv if not word.startswith("-")), None)
-    return command == "serve"
-
-
 def block_stop_signals() -> None:
     """Block the stop signals in the calling thread (and the threads it starts), so that the
     kernel hands them to the main thread, where their handlers run (module doc)."""
     if sys.platform != "win32":
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
-
-def exit_after_serving() -> None:
-    """End the process (exit 0) once the server has stopped cleanly: outputs flushed and the
-    log closed, but not torch's and the models' teardown, which took longer than the whole
-    stop before it (benchmarks/MEASUREMENTS.md, "Stopping the server")."""
-    import logging
-
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(0)
