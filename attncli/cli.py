@@ -347,11 +347,9 @@ def main() -> None:
     """Entry point: run the app; bad input exits 2 with one line, other errors exit 1."""
     from attncli.core.kernel_caches import bound_kernel_caches  # here: torch-free start-up
     from attncli.core.malloc import keep_freed_memory
-    from attncli.core.thread_waits import set_thread_waits
 
     keep_freed_memory()
     bound_kernel_caches()
-    set_thread_waits()
     _escape_what_stdout_cannot_encode()
     try:
         code = app(standalone_mode=False)  # usage errors come here, said in one line below

@@ -1,18 +1,13 @@
-"""Threads: how idle OpenMP threads wait (attncli's spin count unless the user chose), and how
-many threads decoding and training use (--threads; else torch's count, capped by the CPUs the
-process may use, never by the machine's load)."""
+"""Threads: how many threads decoding and training use (--threads; else torch's count, capped
+by the CPUs the process may use, never by the machine's load)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from helpers import REPO, run_cli
+from helpers import run_cli
 
 from attncli.core import device
-from attncli.core.thread_waits import SPIN_COUNT, set_thread_waits
 
 
 @pytest.fixture
@@ -20,24 +15,6 @@ def torch_threads():
     before = torch.get_num_threads()
     yield
     torch.set_num_threads(before)
-
-
-def test_the_spin_count_is_set_only_where_the_user_set_nothing():
-    assert set_thread_waits({}) == {"GOMP_SPINCOUNT": SPIN_COUNT}
-    for user in ({"OMP_WAIT_POLICY": "passive"}, {"GOMP_SPINCOUNT": "0"},
-                 {"KMP_BLOCKTIME": "0"}, {"ATTNCLI_THREAD_WAITS": "0"}):
-        environ = dict(user)
-        assert set_thread_waits(environ) == {} and environ == user
-
-
-def test_the_cli_sets_it_before_torch_loads():
-    probe = ("import os, sys; sys.argv = ['attncli', '--version']\n"
-             "from attncli.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)
-    assert done.stdout.split()[-2:] == [SPIN_COUNT, "False"], done.stderr
 
 
 def test_default_threads_are_capped_by_the_usable_cpus(monkeypatch, torch_threads):

@@ -17,7 +17,6 @@ reading order:
     plots.py         learning curves and attention heatmaps as PNG
     malloc.py        glibc malloc tuning, before any command runs
     kernel_caches.py a bound on ideep's cache of compiled kernels, before torch loads
-    thread_waits.py  how long torch's idle CPU threads spin, before torch loads
     memory.py        the process's resident memory, now and at its peak, for logs and bench
     host.py          the CPUs this process may use (affinity, cgroup quota), before torch loads,
                      and which CPU they are (/proc/cpuinfo: family, model, flags)
