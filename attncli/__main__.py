@@ -31,11 +31,14 @@ def _end(code: object) -> None:
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+        if stream is not None:  # None: the stream was closed when the process started
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
     if code is None or isinstance(code, int):
         os._exit(code or 0)
-    print(code, file=sys.stderr, flush=True)  # SystemExit("message"), as Python prints it
+    if sys.stderr is not None:  # SystemExit("message"), as Python prints it
+        with contextlib.suppress(OSError, ValueError):
+            print(code, file=sys.stderr, flush=True)
     os._exit(1)
 
 

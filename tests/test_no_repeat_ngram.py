@@ -90,13 +90,16 @@ def test_no_hypothesis_repeats_an_ngram_when_blocked(model, beam, n):
 @pytest.mark.parametrize("n", [2, 3])
 def test_greedy_outputs_without_repeats_stay_as_they_were(model, n):
     """Greedy bans only tokens that would repeat an n-gram, so an output that repeats none
-    is the same token for token, log-probability included."""
+    is the same token for token, log-probability included (to float error: rows leave the
+    batch at other steps when others are blocked, and matrix products of other shapes may sum
+    in another order; on an AMD EPYC they differed in the 7th digit)."""
     src = _padded(_sources())
     free = greedy_search(model, src, SearchSettings(A, B))
     blocked = greedy_search(model, src, SearchSettings(A, B, no_repeat_ngram_size=n))
     for before, after in zip(free, blocked, strict=True):
         if not repeats_an_ngram(before.tokens, n):
-            assert after.tokens == before.tokens and after.log_prob == before.log_prob
+            assert after.tokens == before.tokens
+            assert after.log_prob == pytest.approx(before.log_prob, abs=1e-4)
         else:
             assert after.tokens != before.tokens
     assert {repeats_an_ngram(h.tokens, n) for h in free} == {True, False}

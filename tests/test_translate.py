@@ -542,14 +542,15 @@ def test_a_closed_standard_output_is_one_line(workdir, run_dir):
 
 def test_translating_never_imports_the_compiler(served_run, tmp_path):
     """torch._dynamo costs most of a second to import: a command that does not compile (here a
-    whole `attncli translate`, which loads a run and decodes) must not load it."""
+    whole `attncli translate`, which loads a run and decodes) must not load it. (`cli.main`,
+    not the entry point, which would end the process before the probe's last line.)"""
     import subprocess
     import sys
 
     from helpers import REPO
 
-    probe = ("import sys, runpy; sys.argv = ['attncli', 'translate', '--run', sys.argv[1], "
-             "'a dog sees the cat']\ntry:\n    runpy.run_module('attncli', run_name='__main__')\n"
+    probe = ("import sys; sys.argv = ['attncli', 'translate', '--run', sys.argv[1], "
+             "'a dog sees the cat']\nfrom attncli.cli import main\ntry:\n    main()\n"
              "except SystemExit as stop:\n    assert not stop.code, stop.code\n"
              "print('dynamo' if 'torch._dynamo' in sys.modules else 'no dynamo')")
     done = subprocess.run([sys.executable, "-c", probe, str(served_run)], capture_output=True,
