@@ -7,7 +7,6 @@ import os
 import platform
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,7 +14,7 @@ import torch
 from attncli.core.calibration import matmul_calibration
 from attncli.core.config import LARGEST_AUTO_PAD_MULTIPLE
 from attncli.core.errors import AttncliError
-from attncli.core.host import host_description, usable_cpus
+from attncli.core.host import CPUINFO, cpuinfo_fields, host_description, usable_cpus
 
 
 def requested_device(name: str) -> torch.device:
@@ -152,12 +151,10 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        name = cpuinfo_fields(CPUINFO.read_text()).get("model name")
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        name = None
+    return name or platform.processor() or platform.machine()
 
 
 def machine_description(device: torch.device, processes: int = 1, *,

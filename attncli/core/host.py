@@ -4,7 +4,7 @@ they are (/proc/cpuinfo, the core's sibling threads), torch-free.
 Why not `os.cpu_count()`: it counts the machine's CPUs, while a container (docker `--cpus`,
 a systemd `CPUQuota=`) or `taskset` gives a process fewer. Threads sized by the machine's
 count on a two-CPU quota of a 64-core host oversubscribe it 32 times over. Kept free of torch
-so that `cli.main` can size OpenMP's threads before torch loads.
+so that torch-free code (the bench's load measure, the stop trials) can use it.
 
 Why the CPU's family, model and stepping and its flags: two hosts that lscpu names alike ("AMD
 EPYC" under KVM) can be different generations, and trained the same config at different speeds
