@@ -25,6 +25,9 @@ TINY = [
     "train.warmup_steps=5", "decode.max_len_b=5", "decode.max_len_a=0.5",
     "train.average_last=0",  # small.yaml averages its last 5 saves; most tests keep fewer
     "train.lr=0.001", "model.dropout=0.1",  # what the tests were written for, not the recipe's
+    # the schedule that needs no plan, so a resume with a raised limit goes on as the run that
+    # never stopped (the budgeted shapes: test_lr_schedule.py)
+    "train.lr_schedule=inverse_sqrt",
     # fp32 on every CPU kind: `auto` would train in bf16 where the CPU has it, and round batch
     # lengths to a multiple that depends on AMX, so each kind would train another model; the
     # padding multiple left to `auto` (1 in fp32), as most configs leave it

@@ -152,6 +152,11 @@ def test_all_shipped_configs_validate():
         ("", ["tokenizer.vocab_size=3000000000"], "tokenizer.vocab_size"),
         ("", ["tokenizer.joint=false"], "tie_embeddings: decoder or false"),
         ("", ["model.tie_embeddings=output"], "Input should be True, False or 'decoder'"),
+        ("", ["train.lr_schedule=linear"], "set train.max_steps, max_epochs or max_minutes"),
+        ("", ["train.lr_schedule=wsd", "train.max_steps=10", "train.min_lr=0.01"],
+         "train.min_lr (0.01) must be below train.lr (0.001)"),
+        ("", ["train.lr_schedule=cosine"], "train.lr_schedule"),
+        ("", ["train.lr_plan=[[50,900],[40,800]]"], "later than the one before"),
     ],
 )
 def test_bad_config_raises_one_line_error(tmp_path, text, overrides, expected):

@@ -98,6 +98,17 @@ def test_two_processes_resume_in_one(data_dir, tmp_path, one_process):
     _assert_same(found, one_process, range(1, 21))
 
 
+def test_two_processes_follow_rank_0s_plan_of_a_time_limit(data_dir, tmp_path):
+    """Each process's clock reads a little differently; rank 0's plans, and every save checks
+    that each process holds that same plan (`RatePlanner.agreed_record`)."""
+    out = _two_processes(data_dir, tmp_path, "timed", [
+        "train.lr_schedule=linear", "train.max_minutes=0.1", "train.max_epochs=100000",
+        "train.log_every=5", "train.warmup_steps=10", "train.eval_every=100000"])
+    run = tmp_path / "timed"
+    state = (run / "checkpoints" / pointers(run)["last"] / "state.json").read_text()
+    assert '"clock"' in state and "stopped at step" in out and "of the plan)" in out
+
+
 def _wait_for_step(run: Path, step: int, process: subprocess.Popen, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

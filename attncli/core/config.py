@@ -358,7 +358,23 @@ class TrainConfig(_Section):
     eval_every: int = Field(500, ge=1, description="Validate every N updates (and at the end).")
     log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
-    warmup_steps: int = Field(300, ge=0, description="Linear warm-up, then 1/sqrt(step) decay.")
+    warmup_steps: int = Field(300, ge=0, description="Updates of linear warm-up to the peak (a "
+                              "budgeted schedule shorter than twice this many warms up over a "
+                              "quarter of its updates).")
+    lr_schedule: Literal["inverse_sqrt", "linear", "wsd"] = Field(
+        "inverse_sqrt", description="After warm-up: inverse_sqrt = peak * sqrt(warmup / step); "
+        "linear = a straight line down to min_lr at the run's last update; wsd = the peak held, "
+        "then a straight line down to min_lr over the last `cooldown` of the updates. The "
+        "budgeted two end with the run's limit (max_steps, max_epochs or max_minutes, the "
+        "first to come; a time limit is planned from the training speed).")
+    min_lr: float = Field(0.0, ge=0, description="The rate at the last update of a linear or "
+                          "wsd schedule.")
+    cooldown: float = Field(0.2, gt=0, le=1, description="wsd: the share of the updates after "
+                            "warm-up spent decaying to min_lr.")
+    lr_plan: list[tuple[int, int]] | None = Field(
+        None, description="A replay of a time-limited linear or wsd run: its plan's revisions, "
+        "[update, planned last update] each, as its state.json's scheduler.revisions lists them, "
+        "followed instead of planning (null: plan from the limits and the clock).")
     betas: tuple[Beta, Beta] = Field((0.9, 0.98), description="AdamW betas, each in [0, 1).")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     label_smoothing: float = Field(0.1, ge=0, lt=1, description="Label smoothing of the loss.")
@@ -402,6 +418,25 @@ class TrainConfig(_Section):
                                and value >= least):
             return value
         raise ValueError(f"expected a whole number >= {least} or auto (got {value!r})")
+
+    @model_validator(mode="after")
+    def _budget_has_an_end(self) -> TrainConfig:
+        if self.lr_plan is not None and [step for step, _ in self.lr_plan] != sorted(
+                {step for step, _ in self.lr_plan}):
+            raise ValueError("train.lr_plan: each revision's update must be later than the "
+                             "one before")
+        if self.lr_schedule == "inverse_sqrt":
+            if self.lr_plan is not None:
+                raise ValueError("train.lr_plan replays a linear or wsd schedule's plan; "
+                                 "inverse_sqrt has none")
+            return self
+        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
+            raise ValueError(f"train.lr_schedule {self.lr_schedule} decays to min_lr at the run's "
+                             f"last update: set train.max_steps, max_epochs or max_minutes")
+        if self.min_lr >= self.lr:
+            raise ValueError(f"train.min_lr ({self.min_lr:g}) must be below train.lr "
+                             f"({self.lr:g}), the peak it decays from")
+        return self
 
     @field_validator("examples", mode="before")
     @classmethod

@@ -14,7 +14,10 @@ order:
 - `parent_weights.py` a fine-tuned run's start: the parent's weights checked, then loaded
 - `freezing.py`      `train.freeze`: parts of a fine-tuned model that get no updates
 - `feed.py`          the updates in training order from a saved position, worker-fed
-- `optim.py`         AdamW, the learning-rate schedule, what a resume may change
+- `optim.py`         AdamW, and its settings again after a resume
+- `lr_schedule.py`   `train.lr_schedule`: the rate of each update (inverse_sqrt, or a budgeted
+                     shape that reaches its floor at a plan's last update)
+- `lr_planning.py`   that plan: from the step limit, or revised from the clock for a time limit
 - `step.py`          one update: forward, loss, backward, clip, step (skipped on the device
                      when the gradient is not finite)
 - `figures.py`       the updates' loss and norm read from the device in groups; log lines

@@ -1,8 +1,8 @@
 """A run's position and history, and saving or resuming them with weights, optimizer and RNG.
 
-What state.json holds beside the checkpoint's own bookkeeping: `RunState`'s fields, how
-batches were cut, each process's RNG state, and the schedule. Weights and optimizer tensors
-go to safetensors (see `runs/checkpoints.py`); nothing here is pickled.
+What state.json holds beside the checkpoint's own bookkeeping: `RunState`'s fields (the
+learning rate's plan among them), how batches were cut, and each process's RNG state. Weights
+and optimizer tensors go to safetensors (see `runs/checkpoints.py`); nothing here is pickled.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ class RunState:
     # best_bleu, best_step, bad_validations as they were before an end validation between the
     # scheduled ones ({}: none): what an extension of the run goes on from (see Trainer._finish)
     before_end: dict = field(default_factory=dict)
+    # the learning rate's plan and what it was made from (lr_planning.RatePlanner.record;
+    # saves before 0.7: inverse_sqrt's kind, peak and warm-up)
+    scheduler: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,16 +76,14 @@ def data_fingerprint(corpus) -> str:
     return f"{len(corpus):,} pairs, lengths {digest.hexdigest()[:16]}{corpus.describe()}"
 
 
-def state_record(state: RunState, cfg: TrainConfig, world: World, device: torch.device) -> dict:
+def state_record(state: RunState, world: World, device: torch.device) -> dict:
     """What state.json holds. Every process must call it (it gathers their RNG states)."""
     states = world.gather(rng_state(device))
     position = asdict(state)
     elapsed = position.pop("elapsed")
     return {**position, "batching": BATCHING, "rng": states[0],
             **({"rng_by_rank": states} if world.distributed else {}),
-            "elapsed_s": elapsed,
-            "scheduler": {"kind": "inverse_sqrt", "peak_lr": cfg.lr,
-                          "warmup_steps": cfg.warmup_steps}}
+            "elapsed_s": elapsed}
 
 
 def weights_are_finite(model: nn.Module) -> bool:
@@ -101,7 +102,7 @@ def save_run(run: Checkpointed, state: RunState, *, cfg: TrainConfig, world: Wor
     if not weights_are_finite(run.model):
         raise AttncliError(f"step {state.step}: the weights are not finite; not saved, the "
                            "previous checkpoint is intact")
-    record = {**state_record(state, cfg, world, device), **({between: True} if between else {})}
+    record = {**state_record(state, world, device), **({between: True} if between else {})}
     if world.primary:
         save_checkpoint(run.paths, run.model, run.optimizer, record,
                         fingerprint=run.fingerprint, best_step=state.best_step,

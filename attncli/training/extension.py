@@ -21,6 +21,12 @@ Every part of the rule, and where it is kept:
 - **The schedule.** Logs, validations and saves fall where the uninterrupted run has them,
   stop or no stop (`schedule.due`); the open log window is saved, so the first train event
   after a resume averages the same updates (`figures.UpdateFigures`).
+- **The learning rate.** inverse_sqrt's rate depends on the update's number alone; a budgeted
+  shape's (`linear`, `wsd`) follows a plan saved with every checkpoint and continued as saved
+  (`lr_planning.resumed_plan`). The one exception to this rule: a budgeted run extended past its
+  limit (or resumed with other schedule keys) is planned afresh for its new end, so it is not
+  the run that never stopped; the log says so (docs/runs-and-checkpoints.md, "The learning
+  rate").
 - **The end of a run.** A run ended at a limit between scheduled validations is validated and
   saved there all the same, for its user. The uninterrupted run never made that validation:
   the best and patience as the scheduled ones left them are kept (`decisions_before_end`) and

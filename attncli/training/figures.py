@@ -98,12 +98,22 @@ class UpdateFigures:
         startup = " (incl. start-up)" if self.started_here else ""
         self.started_here = False
         self.metrics.write(record)
-        self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}"
+        left = ("" if self.cfg.max_minutes is None
+                else f" | {time_left_text(self.cfg.max_minutes, now)}")
+        self.shown = f"loss {record['loss']:.3f} lr {lr:.1e}{left}"
         smoothed = f" (ls {self.cfg.label_smoothing:g})" if self.cfg.label_smoothing else ""
         self.reporter.line(
             f"step {step:>6} | epoch {epoch + 1:>3} | loss {record['loss']:.4f}{smoothed} | lr "
-            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s{startup} | {now:,.0f} s | "
+            f"{lr:.2e} | {record['tokens_per_s']:,.0f} tgt tok/s{startup} | {now:,.0f} s{left} | "
             f"{memory_text(record)}")
+
+
+def time_left_text(max_minutes: float, seconds: float) -> str:
+    """'12:03 of 30:00 left': a time-limited run's training time left (minutes:seconds)."""
+    def clock(total: float) -> str:
+        whole = max(0, round(total))
+        return f"{whole // 60}:{whole % 60:02d}"
+    return f"{clock(max_minutes * 60 - seconds)} of {clock(max_minutes * 60)} left"
 
 
 def memory_fields() -> dict:

@@ -1,21 +1,11 @@
-"""The optimizer and its schedule, and which of their settings a resume may change."""
+"""The optimizer, and its settings again after a resume (the learning rate: `lr_schedule.py`)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
 from attncli.core.config import TrainConfig
-
-
-def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
-    """Linear warm-up to `peak_lr` over `warmup` updates, then peak * sqrt(warmup / step)."""
-    step = max(step, 1)
-    if warmup and step < warmup:
-        return peak_lr * step / warmup
-    return peak_lr * math.sqrt(max(warmup, 1) / step)
 
 
 def use_fused_adamw(device: torch.device) -> bool:

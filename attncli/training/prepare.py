@@ -24,6 +24,7 @@ from attncli.data.coverage import unknown_characters, unknown_tokens
 from attncli.data.tokenizer import TokenizerModels, model_sides
 from attncli.runs.layout import RunPaths, create_run_dir, default_run_name
 from attncli.training.distributed import World
+from attncli.training.lr_planning import step_limit
 from attncli.training.parent import Parent, parent_record
 from attncli.training.parent_weights import check_parent_weights, check_same_parent_weights
 
@@ -171,9 +172,8 @@ def _corpora_lines(reporter, data, max_len: int) -> None:
 def planned_updates(cfg, batches_per_epoch: int) -> int | None:
     """The updates the progress bar counts to: the first of train.max_steps and max_epochs
     (epochs of about `batches_per_epoch`), None when max_minutes may end the run sooner (an
-    ETA from the step count would promise the wrong end)."""
+    ETA from the step count would promise the wrong end; a budgeted learning rate's plan sets
+    the count once the clock has made it, `Trainer.run`)."""
     if cfg.max_minutes is not None:
         return None
-    by_epochs = (cfg.max_epochs * -(-batches_per_epoch // cfg.accum_steps)
-                 if cfg.max_epochs is not None else None)
-    return min((n for n in (cfg.max_steps, by_epochs) if n is not None), default=None)
+    return step_limit(cfg, batches_per_epoch)

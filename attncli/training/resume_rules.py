@@ -20,9 +20,10 @@ RESUME_MAY_CHANGE: dict[str, frozenset[str] | None] = {
     "model": WEIGHTLESS_MODEL_KEYS,  # dropout and the attention kernel: not the weights' shapes
     "train": frozenset({
         "max_steps", "max_epochs", "max_minutes", "eval_every", "log_every", "save_every",
-        "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps", "betas",
-        "weight_decay", "clip_norm", "label_smoothing", "precision", "compile", "threads",
-        "workers", "tensorboard", "average_last", "examples"}),
+        "keep_checkpoints", "patience", "max_nonfinite_updates", "lr", "warmup_steps",
+        "lr_schedule", "min_lr", "cooldown", "lr_plan", "betas", "weight_decay", "clip_norm",
+        "label_smoothing", "precision", "compile", "threads", "workers", "tensorboard",
+        "average_last", "examples"}),
     "decode": None,  # every key: decoding settings only affect validation BLEU
 }
 _WHY_FIXED = {"data": "it changes the training data and its order",

@@ -41,9 +41,10 @@ from attncli.training.extension import (
     threads_notice,
 )
 from attncli.training.feed import UpdateFeed
-from attncli.training.figures import UpdateFigures
+from attncli.training.figures import UpdateFigures, time_left_text
 from attncli.training.freezing import freeze
-from attncli.training.optim import inverse_sqrt_lr, make_optimizer
+from attncli.training.lr_planning import RatePlanner, fresh_plan, resumed_plan, step_limit
+from attncli.training.optim import make_optimizer
 from attncli.training.parent_weights import load_parent_weights
 from attncli.training.resume_rules import (
     check_fixed_settings,
@@ -146,6 +147,7 @@ class Trainer:
         """
         state, cfg, reason = self.state, self.cfg, None
         self.clock = Stopwatch(state.elapsed)
+        self.planner = self._rate_planner()
         self.figures = UpdateFigures(cfg, self.world, metrics=self.metrics,
                                      reporter=self.reporter, clock=self.clock,
                                      window=state.window)
@@ -153,13 +155,14 @@ class Trainer:
             for update in self.feed.updates(state.epoch, state.batch_index):
                 state.epoch, state.batch_index = update.epoch, update.batch_index
                 self.trained_epoch = update.trained_epoch  # what logs label the step with
-                lr = inverse_sqrt_lr(state.step + 1, cfg.lr, cfg.warmup_steps)
+                lr = self.planner.rate(state.step + 1)
                 share = UpdateShare(update.tokens, self.world.size, update.counted)
                 stats = train_step(self.loss_fn, self.optimizer, update.batches, cfg=cfg, lr=lr,
                                    device=self.device, precision=self.precision, share=share)
                 state.step += 1
                 self.figures.add(state.step, lr, stats)
                 state.elapsed = self.clock.seconds()
+                self._plan_from_clock()
                 reason = self._agreed_stop(stop)
                 if due(cfg, state.step, reason).read:
                     self.figures.read(state.step, self.trained_epoch)
@@ -170,6 +173,31 @@ class Trainer:
                     break
             state.elapsed = self.clock.seconds()
             return self._finish(reason, stop)
+
+    def _rate_planner(self) -> RatePlanner:
+        """The learning rate's plan: made for a new run, the saved one for a resumed run (or
+        one made afresh when the resume changed what it was made from: `resumed_plan`)."""
+        limit = step_limit(self.cfg, len(self.feed.epoch_batches(self.state.epoch)))
+        if self.state.step == 0:
+            plan = fresh_plan(self.cfg, limit)
+        else:
+            plan, line = resumed_plan(self.state.scheduler or None, self.cfg,
+                                      step=self.state.step, seconds=self.state.elapsed,
+                                      limit=limit)
+            if line:
+                self.reporter.line(line)
+        if plan.total is not None and (self.cfg.max_minutes is None or self.state.step):
+            self.reporter.set_total(plan.total)  # a new timed run's: once the clock planned it
+        return RatePlanner(self.cfg, plan, limit=limit, world=self.world)
+
+    def _plan_from_clock(self) -> None:
+        """A time-limited budgeted run revises its plan from the clock at log steps; the
+        progress bar counts to the plan's last update."""
+        total = self.planner.plan.total
+        self.planner.after_update(self.state.step, self.state.elapsed,
+                                  log_step=due(self.cfg, self.state.step).log)
+        if self.planner.plan.total != total:
+            self.reporter.set_total(self.planner.plan.total)
 
     def limit_reached(self) -> StopReason | None:
         """The first of train.max_steps / max_epochs / max_minutes that is reached, if any."""
@@ -234,6 +262,8 @@ class Trainer:
         self.save(end.end_save)
         self.reporter.line(f"stopped at step {self.state.step} ({reason.value}); best greedy "
                            f"val BLEU {self.state.best_bleu:.2f}; run folder {self.paths.root}")
+        if self.planner.plan.budgeted:  # where patience or a limit left the schedule
+            self.reporter.line(f"  the last update's {self.planner.plan.position(self.state.step)}")
         if self.cfg.average_last and self.world.primary:
             self.reporter.line(average_at_end(self))
         if self.world.primary:
@@ -243,6 +273,12 @@ class Trainer:
                                f"save, averaging) was finished first")
         self.reporter.line(peak_memory_line())
         return None
+
+    def _time_left(self) -> str:
+        """'; 12:03 of 30:00 left' for a time-limited run, else ''."""
+        if self.cfg.max_minutes is None:
+            return ""
+        return f"; {time_left_text(self.cfg.max_minutes, self.state.elapsed)}"
 
     def _refuse_nonfinite_weights(self, reason: StopReason) -> None:
         """End without saving: the weights gave the last updates non-finite figures."""
@@ -273,6 +309,8 @@ class Trainer:
         else:
             state.bad_validations += 1
         self._record_validation(by_set, " (best)" if improved else "")
+        self.reporter.line(f"  schedule at step {state.step}: "
+                           f"{self.planner.plan.position(state.step)}{self._time_left()}")
         return self.cfg.patience is not None and state.bad_validations >= self.cfg.patience
 
     def validate_parent(self) -> None:
@@ -323,6 +361,7 @@ class Trainer:
         if self.saved_step == self.state.step:
             return
         self.state.window = self.figures.window_record()
+        self.state.scheduler = self.planner.agreed_record()
         self.state.fixed = self.fixed_settings
         self.state.validation = validation_settings(self.config)
         save_run(self.checkpointed, self.state, cfg=self.cfg, world=self.world,
