@@ -359,8 +359,7 @@ class TrainConfig(_Section):
     log_every: int = Field(50, ge=1, description="Log training figures every N updates.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (reached after warm-up).")
     warmup_steps: int = Field(300, ge=0, description="Updates of linear warm-up to the peak (a "
-                              "budgeted schedule shorter than twice this many warms up over a "
-                              "quarter of its updates).")
+                              "linear or wsd schedule: at most a quarter of its updates).")
     lr_schedule: Literal["inverse_sqrt", "linear", "wsd"] = Field(
         "inverse_sqrt", description="After warm-up: inverse_sqrt = peak * sqrt(warmup / step); "
         "linear = a straight line down to min_lr at the run's last update; wsd = the peak held, "
