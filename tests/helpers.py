@@ -23,7 +23,7 @@ TINY = [
     "model.ff_dim=64", "model.max_positions=128",
     "train.batch_tokens=400", "train.log_every=1", "train.eval_every=100",
     "train.warmup_steps=5", "decode.max_len_b=5", "decode.max_len_a=0.5",
-    "train.average_last=0",  # small.yaml averages its last 5 saves; most tests keep fewer
+    "train.average_last=0",  # small.yaml averages none; the tests of averaging set their own
     "train.lr=0.001", "model.dropout=0.1",  # what the tests were written for, not the recipe's
     # the schedule that needs no plan, so a resume with a raised limit goes on as the run that
     # never stopped (the budgeted shapes: test_lr_schedule.py)
