@@ -24,7 +24,7 @@ from dataclasses import replace
 from attncli.core.config import TrainConfig
 from attncli.core.errors import AttncliError
 from attncli.training.distributed import World
-from attncli.training.lr_schedule import RatePlan, budget_warmup, from_record
+from attncli.training.lr_schedule import RatePlan, from_record
 
 # Updates after the start (or a resume) that are not timed: the first are slow (memory
 # allocated, kernels chosen), and would make the plan too short.
@@ -62,8 +62,7 @@ def fresh_plan(cfg: TrainConfig, limit: int | None) -> RatePlan:
         return _replayed(plan, cfg.lr_plan, 0)
     if not plan.budgeted or limit is None:
         return plan
-    return replace(plan, total=limit, warmup=budget_warmup(cfg.warmup_steps, limit),
-                   revisions=[[0, limit, "step limit"]])
+    return plan.planned(0, limit, "step limit")
 
 
 def _replayed(plan: RatePlan, revisions: list[tuple[int, int]], step: int) -> RatePlan:
@@ -71,8 +70,7 @@ def _replayed(plan: RatePlan, revisions: list[tuple[int, int]], step: int) -> Ra
     start, else as the clock's revision was made)."""
     for at, total in revisions:
         if at == step == 0:
-            plan = replace(plan, total=total, warmup=budget_warmup(plan.warmup_asked, total),
-                           revisions=[[0, total, "replayed"]])
+            plan = plan.planned(0, total, "replayed")
         elif at == step:
             plan = plan.revised(step, total, "replayed")
     return plan
@@ -157,9 +155,7 @@ def resumed_plan(saved: dict | None, cfg: TrainConfig, *, step: int, seconds: fl
     if fresh.budgeted and cfg.max_minutes is not None and seconds > 0:
         by_clock = step + int((cfg.max_minutes * 60 - seconds) * step / seconds)
         total = min(by_clock, limit) if limit is not None else by_clock
-        fresh = replace(fresh, total=max(total, step + 1),
-                        warmup=budget_warmup(cfg.warmup_steps, max(total, step + 1)),
-                        revisions=[[step, max(total, step + 1), "mean speed so far"]])
+        fresh = fresh.planned(step, max(total, step + 1), "mean speed so far")
     plan = fresh.rewarmed(step, old.rate(step))
     plan = replace(plan, revisions=[*old.revisions, *plan.revisions])
     return plan, (f"learning rate: {cfg.lr_schedule} planned afresh for the new settings from "

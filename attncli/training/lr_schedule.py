@@ -114,6 +114,12 @@ class RatePlan:
                                                            / (anchor.rejoin - anchor.step))
         return self.curve(step)
 
+    def planned(self, step: int, total: int, why: str) -> RatePlan:
+        """This plan with `total` as its last update, as if known from the start (the warm-up
+        ruled for it, `budget_warmup`), made at update `step` for the reason `why`."""
+        return replace(self, total=total, warmup=budget_warmup(self.warmup_asked, total),
+                       revisions=[[step, total, why]])
+
     def revised(self, step: int, total: int, why: str) -> RatePlan:
         """The plan from update `step` on (the next update is `step + 1`) with `total` as its
         last update, the rate going on from this plan's at `step` to the new curve's next knot.
