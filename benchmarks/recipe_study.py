@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from attncli.core.cpu_kind import detect_cpu_kind
 from attncli.evaluate import eval_reports
 from attncli.runs.card import calibration_fact, host_facts
 from attncli.runs.layout import RunPaths, read_machines
@@ -31,13 +32,12 @@ COLUMNS = ("run", "host", "seed", "updates", "best val (greedy)", "averaged val 
 
 
 def cpu_kind() -> str:
-    """What decides a run's speed here: torch's kernel capability, bf16, AMX."""
+    """What decides a run's speed here: the CPU's kind (`core.cpu_kind`) and torch's kernel
+    capability."""
     import torch
 
-    amx = torch.cpu._is_amx_tile_supported() if hasattr(torch.cpu, "_is_amx_tile_supported") \
-        else False
-    bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return f"{torch.backends.cpu.get_cpu_capability()}, bf16 {bf16}, AMX {amx}"
+    return (f"{detect_cpu_kind().describe()}, ATen "
+            f"{torch.backends.cpu.get_cpu_capability()}")
 
 
 def host(run: Path, fallback: str) -> str:

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from rich.console import Console
 
 from attncli.bench import (
     AttentionSizes,
@@ -27,8 +28,10 @@ from attncli.bench import (
     synthetic_batches,
     write_json,
 )
+from attncli.bench.render import RENDERERS
 from attncli.bench.timing import Timing, measure
 from attncli.core.config import Config, ModelConfig, TokenizerConfig, TrainConfig
+from attncli.core.cpu_kind import detect_cpu_kind
 from attncli.core.text import EOS_ID
 from attncli.data.batching import collate
 from attncli.model.transformer import Seq2SeqTransformer
@@ -177,6 +180,7 @@ def test_json_report_has_device_torch_dtype_and_figures(attention_report, tmp_pa
     assert report["device"] == "cpu" and report["device_name"]
     assert report["torch"] == torch.__version__
     assert report["dtype"] == "float32" and report["precision"] == "fp32"
+    assert report["cpu_kind"] == detect_cpu_kind().record()  # what precision: auto reads
     row = report["suites"]["attention"]["rows"][0]
     assert row["forward"]["median_ms"] > 0 and len(row["forward"]["times_ms"]) == 1
 
@@ -272,6 +276,13 @@ def test_train_suite_reports_tokens_mfu_and_the_peer_ratio(tiny_config):
     assert suite["precision"] == "fp32" and suite["peak_source"] == "given by the test"
     assert suite["warmup_steps"] == len(suite["batches"])  # each batch shape warmed up
     assert ours["mfu"] == pytest.approx(ours["model_tflops"] / 1.0)
+    assert suite["pad_multiple"] == 1  # fp32 on CPU: exact lengths (tiny_config's auto)
+    console = Console(record=True, width=200)
+    for renderable in RENDERERS["train"](suite, 1, 2):
+        console.print(renderable)
+    shown = console.export_text()
+    assert "chosen for this device: fp32, batch lengths rounded to multiples of 1" in shown
+    assert "the peer ran with the same" in shown and "(given by the test)" in shown
 
 
 def test_an_additive_model_is_not_compared_with_the_dot_product_peer(tiny_config):

@@ -124,15 +124,16 @@ def test_a_run_killed_before_its_first_save_trains_again_from_step_0(runs, data_
 
 
 def _resumed_from_step_4(runs: Path, data_dir: Path, name: str, tolerance: float,
-                         edit_state=lambda state: None) -> Path:
-    """A copy of the straight run resumed from step 4 to 6, its losses checked against it."""
+                         edit_state=lambda state: None, sets: tuple[str, ...] = ()) -> Path:
+    """A copy of the straight run resumed from step 4 to 6 (with `sets`), its losses checked
+    against it."""
     run = _copy(runs, name)
     _cut_back(run, 4)
     state_file = run / "checkpoints" / "step-4" / "state.json"
     state = json.loads(state_file.read_text())
     edit_state(state)
     state_file.write_text(json.dumps(state))
-    result = resume(data_dir, run)
+    result = resume(data_dir, run, *sets)
     assert result.returncode == 0, result.stderr
     assert losses(run) == pytest.approx(losses(runs / "straight"), abs=tolerance)
     return run
@@ -166,6 +167,34 @@ def test_a_resume_keeps_the_runs_pad_multiple_and_says_so(runs, data_dir, monkey
     log = (run / "train.log").read_text()
     assert f"batch lengths stay rounded to multiples of {saved['pad_multiple']}," in log
     assert "this device would choose 16" in log
+
+
+def test_auto_keeps_the_precision_a_run_began_in(runs, data_dir, monkeypatch):
+    """A run begun in fp32, resumed with `precision: auto` where this machine's kind would
+    choose bf16 (mocked): it stays in fp32, so its losses are the uninterrupted run's, and
+    the log says why."""
+    monkeypatch.setattr("attncli.training.trainer.resolve_precision", lambda *args: "bf16")
+    run = _resumed_from_step_4(runs, data_dir, "auto-kept", 1e-6,
+                               sets=("train.precision=auto",))
+    assert ("training stays in fp32, as this run began (this machine would choose bf16"
+            in (run / "train.log").read_text())
+    saved = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
+    assert saved["precision"] == "fp32"
+
+
+def test_a_named_precision_changes_the_path_and_says_so(runs, data_dir):
+    """A run begun in bf16 (as on an AMX CPU), resumed with train.precision=fp32 named: fp32
+    from there (the losses are the fp32 run's), said in the log. A save from before 0.7 (no
+    precision recorded) resumes in what this machine chooses, silently."""
+    run = _resumed_from_step_4(runs, data_dir, "named", 1e-6,
+                               lambda state: state.update(precision="bf16"))
+    assert ("training in fp32 from step 4 (train.precision; it trained in bf16 until here)"
+            in (run / "train.log").read_text())
+    run = _resumed_from_step_4(runs, data_dir, "before-0.7", 1e-6,
+                               lambda state: state.pop("precision"))
+    assert "training stays" not in (run / "train.log").read_text()
+    saved = json.loads((run / "checkpoints" / "step-6" / "state.json").read_text())
+    assert saved["precision"] == "fp32"
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from attncli.bench.render import RENDERERS, render_load, render_threads
 from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
 from attncli.core.config import Config
 from attncli.core.config_files import load_config
+from attncli.core.cpu_kind import detect_cpu_kind
 from attncli.core.device import (
     allow_tf32,
     device_name,
@@ -83,7 +84,7 @@ def run_bench(
     console = _shown(console, Text(
         f"attncli bench · {report['device_name']} ({device.type}, "
         f"{report['threads']['torch_threads']} threads) · torch {torch.__version__} · "
-        f"{precision}", style="bold"))
+        f"{precision}{_kind_words(report['cpu_kind'])}", style="bold"))
     console = _shown(console, render_threads(report["threads"]))
     for suite in suites:
         if suite not in SUITES:
@@ -150,11 +151,21 @@ def _report_head(device: torch.device, precision: str, dtype: torch.dtype, *, wa
         "attncli": __version__, "torch": torch.__version__, "cuda": torch.version.cuda,
         "device": device.type, "device_name": device_name(device),
         "threads": thread_settings(), "precision": precision,
+        "cpu_kind": detect_cpu_kind().record() if device.type == "cpu" else None,
         "dtype": str(dtype).removeprefix("torch."),
         "tf32": (torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None),
         "warmup": warmup, "repeats": repeats, "usable_cpus": usable,
         "busy_rule": busy_rule(usable), "busy": None, "suites": {},
     }
+
+
+def _kind_words(kind: dict[str, Any] | None) -> str:
+    """The CPU kind `precision: auto` decided from, for the report's first line."""
+    if kind is None:
+        return ""
+    capped = f", an {kind['hardware']} CPU capped by {kind['capped_by']}" if kind["capped_by"] \
+        else ""
+    return f" (CPU kind {kind['kind']}{capped})"
 
 
 def _shown(console: Console | None, renderable: Any) -> Console | None:

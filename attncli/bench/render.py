@@ -83,7 +83,9 @@ def render_train(result: dict[str, Any], warmup: int, repeats: int) -> list[Rend
     notes = [
         (f"peer: skipped, {result['peer_skipped']}" if result.get("peer_skipped")
          else f"ours / peer tokens/s: {result['ours_over_peer']:.2f}x"),
-        f"{result['precision']} precision, {result['optimizer']}, eager (no torch.compile); "
+        f"chosen for this device: {result['precision']}, batch lengths rounded to multiples "
+        f"of {result.get('pad_multiple', '?')}, {result['optimizer']}, eager (no torch.compile); "
+        f"the peer ran with the same",
         f"{_timing_note(result['warmup_steps'], repeats)} (warm-up: every batch once at least)",
         f"batches: {len(b)} synthetic token batches of batch_tokens={result['batch_tokens']}, "
         f"{b[0]['sentences']} sentences of {SENTENCE_LENGTHS[0]}-{SENTENCE_LENGTHS[1]} "

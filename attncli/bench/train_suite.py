@@ -113,6 +113,7 @@ def run_train_suite(cfg: Config, device: torch.device, precision: str, *, warmup
         "batch_tokens": cfg.train.batch_tokens,
         "batches": [_batch_shape(b) for b in batches],
         "precision": precision,
+        "pad_multiple": multiple,
         "warmup_steps": warmup_steps,
         "optimizer": "AdamW (attncli.training.optim.make_optimizer)",
         "compile": False,

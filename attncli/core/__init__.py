@@ -20,6 +20,8 @@ reading order:
     memory.py        the process's resident memory, now and at its peak, for logs and bench
     host.py          the CPUs this process may use (affinity, cgroup quota), before torch loads,
                      and which CPU they are (/proc/cpuinfo: family, model, flags)
+    cpu_kind.py      which kind of CPU the products run on (AMX, AVX-512-BF16, AVX-512,
+                     AVX2, other), capped by the environment: what `precision: auto` reads
     calibration.py   a short matrix-product measurement of the machine a run starts on
     machine_load.py  what other processes take of this process's CPUs (/proc/stat), for bench
 """

@@ -383,7 +383,9 @@ class TrainConfig(_Section):
     subword_nbest: int = Field(16, ge=2, description="Segmentations drawn from (the n best).")
     clip_norm: float | None = Field(1.0, gt=0, description="Gradient norm clip (null = off).")
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto = bf16 autocast where the device supports it, else fp32."
+        "auto", description="auto = bf16 autocast on CUDA with bf16 and on CPUs that multiply "
+        "bf16 natively (AMX, AVX-512-BF16), else fp32 (AVX-512 without BF16, AVX2); a resumed "
+        "run keeps the precision it began in."
     )
     compile: bool = Field(False, description="Wrap the model in torch.compile.")
     patience: int | None = Field(

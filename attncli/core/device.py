@@ -13,6 +13,7 @@ import torch
 
 from attncli.core.calibration import matmul_calibration
 from attncli.core.config import LARGEST_AUTO_PAD_MULTIPLE
+from attncli.core.cpu_kind import CpuKind, detect_cpu_kind
 from attncli.core.errors import AttncliError
 from attncli.core.host import CPUINFO, cpuinfo_fields, host_description, usable_cpus
 
@@ -65,8 +66,8 @@ def resolve_device(name: str) -> torch.device:
     return use_device(requested_device(name))
 
 
-def cpu_supports_bf16() -> bool:
-    """True where the CPU has native bf16 matrix instructions (AVX-512-BF16 or AMX)."""
+def _onednn_bf16() -> bool:
+    """oneDNN's own answer: true where it can run bf16 at all, emulated or not."""
     try:
         mkldnn = torch.backends.mkldnn
         return bool(mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -74,13 +75,26 @@ def cpu_supports_bf16() -> bool:
         return False
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> 'bf16' on CUDA with bf16 support or a bf16-capable CPU, else 'fp32'."""
+def cpu_supports_bf16(kind: CpuKind | None = None) -> bool:
+    """True where the CPU multiplies bf16 natively: an AMX or AVX-512-BF16 `kind` (default:
+    this CPU's, `detect_cpu_kind`). Off x86 (kind 'other': ARM), oneDNN's own answer, as
+    before 0.7: no ARM machine has measured otherwise."""
+    kind = kind or detect_cpu_kind()
+    if kind.kind == "other" and kind.hardware == "other":
+        return _onednn_bf16()
+    return kind.native_bf16
+
+
+def resolve_precision(precision: str, device: torch.device, kind: CpuKind | None = None
+                      ) -> str:
+    """'auto' -> 'bf16' on CUDA with bf16 support or on a CPU that multiplies bf16 natively
+    (`cpu_supports_bf16` of `kind`, default this CPU's), else 'fp32': an AVX-512 CPU without
+    BF16 and an AVX2 one emulate bf16, and train faster in fp32."""
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_supports_bf16() else "fp32"
+    return "bf16" if cpu_supports_bf16(kind) else "fp32"
 
 
 def resolve_pad_multiple(setting: int | str, device: torch.device, precision: str) -> int:
@@ -165,9 +179,10 @@ def machine_description(device: torch.device, processes: int = 1, *,
     may use, its kernel flags and torch's threads (`host.host_description`); and a short
     matrix-product calibration in the run's `precision`, since hosts of one name can differ
     in speed (issue 63). Read and measured on this machine, never guessed."""
-    cpu = device_name(torch.device("cpu"))
+    cpu, kind = device_name(torch.device("cpu")), detect_cpu_kind()
     return {"device": device.type, "device_name": device_name(device), "cpu": cpu,
-            "cpu_cores": os.cpu_count(), "cpu_bf16": cpu_supports_bf16(),
+            "cpu_cores": os.cpu_count(), "cpu_bf16": cpu_supports_bf16(kind),
+            "cpu_kind": kind.record(),
             "processes": processes, "torch": torch.__version__,
             "system": f"{platform.system()} {platform.machine()}",
             **host_description(), "torch_threads": torch.get_num_threads(),

@@ -40,6 +40,8 @@ class RunState:
     bad_validations: int = 0
     last_validated: int = -1
     pad_multiple: int = 1   # batches were cut with it; the position means nothing without it
+    precision: str = ""     # the precision it trained in, kept by `auto` on a resume ("": before
+                            # 0.7, when auto was decided afresh on each resume)
     threads: int = 0        # CPU threads of the process that saved (0: not recorded, before 0.5)
     processes: int = 0      # training processes when it saved (0: not recorded, before 0.5)
     data: str = ""          # `data_fingerprint` of the training pairs ("": before 0.5)

@@ -13,6 +13,8 @@ Every part of the rule, and where it is kept:
   pairs' lengths, the seed and the saved `pad_multiple`: the resume keeps the saved multiple
   (`pad_multiple_notice`) and refuses other pairs (`check_same_data`), batches cut by attncli
   0.2's rule (`checkpointing.resume_run`), or a changed fixed setting (`resume_rules`).
+- **The path.** `precision: auto` keeps the precision the run began in, whatever this
+  machine's kind would choose (`resumed_precision`); a precision the user names is said.
 - **The random draws.** Each process's RNG state is saved and restored
   (`checkpointing.resume_run`); subword sampling draws from (seed, epoch, the batch's place),
   never a running stream (`data/subwords.py`). On another count of threads or processes the
@@ -67,6 +69,24 @@ def pad_multiple_notice(state: RunState, chosen: int) -> str | None:
     return (f"batch lengths stay rounded to multiples of {state.pad_multiple}, as this run's "
             f"batches were cut (this device would choose {chosen}): its data position counts "
             f"those batches")
+
+
+def resumed_precision(state: RunState, setting: str, chosen: str) -> tuple[str, str | None]:
+    """The precision a resumed run trains in, and the line that says so where it is not what
+    this machine would choose (`chosen`, from `setting`). `auto` keeps the saved precision, so
+    a run started on an AMX CPU stays in bf16 on an AVX2 one (slower, the same path); a
+    precision the user names wins, and the log says the run changes path there. Records the
+    precision for the next save."""
+    saved = state.precision or chosen
+    precision = saved if setting == "auto" else chosen
+    state.precision = precision
+    if precision == chosen and saved == chosen:
+        return precision, None
+    if setting == "auto":
+        return precision, (f"training stays in {saved}, as this run began (this machine would "
+                           f"choose {chosen}: set train.precision={chosen} to change)")
+    return precision, (f"training in {chosen} from step {state.step} (train.precision; it "
+                       f"trained in {saved} until here): its curve leaves the one in {saved}")
 
 
 def threads_notice(state: RunState, device: torch.device) -> str | None:

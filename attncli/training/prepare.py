@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from attncli.core.config_files import save_config
+from attncli.core.cpu_kind import detect_cpu_kind
 from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_json, check_writable
 from attncli.data.batching import padding_share
@@ -153,10 +154,16 @@ def banner(reporter, trainer, data) -> None:
     reporter.set_total(planned_updates(trainer.cfg, len(batches)))
     reporter.line(
         f"model: {trainer.model.num_parameters():,} parameters on {trainer.device} "
-        f"({trainer.precision}, {torch.get_num_threads()} threads)"
+        f"({trainer.precision}{_cpu_kind_words(trainer.device)}, "
+        f"{torch.get_num_threads()} threads)"
         + (f"; {processes} processes share each update" if processes > 1 else ""))
     if trainer.frozen:
         reporter.line(trainer.frozen)
+
+
+def _cpu_kind_words(device: torch.device) -> str:
+    """On CPU, the kind `precision: auto` decided from (`core.cpu_kind`)."""
+    return f" on a CPU of kind {detect_cpu_kind().describe()}" if device.type == "cpu" else ""
 
 
 def _corpora_lines(reporter, data, max_len: int) -> None:

@@ -38,6 +38,7 @@ from attncli.training.extension import (
     decisions_before_end,
     pad_multiple_notice,
     processes_notice,
+    resumed_precision,
     threads_notice,
 )
 from attncli.training.feed import UpdateFeed
@@ -79,7 +80,8 @@ class Trainer:
         self.precision = resolve_precision(self.cfg.precision, device)
         self.data_fingerprint = data_fingerprint(data.train)
         self.state = RunState(pad_multiple=self._device_pad_multiple(), processes=self.world.size,
-                              threads=torch.get_num_threads(), data=self.data_fingerprint)
+                              threads=torch.get_num_threads(), data=self.data_fingerprint,
+                              precision=self.precision)
         self.fingerprint = model_fingerprint(config.model)
         self.fixed_settings = fixed_settings(config)  # what each save records
         torch.manual_seed(self.cfg.seed)
@@ -130,7 +132,9 @@ class Trainer:
         self.saved_step = self.state.step
         check_fixed_settings(self.state.fixed, self.fixed_settings, folder)
         check_same_data(self.state, self.data_fingerprint, folder)
-        notices = (pad_multiple_notice(self.state, self._device_pad_multiple()),
+        self.precision, precision_notice = resumed_precision(
+            self.state, self.cfg.precision, resolve_precision(self.cfg.precision, self.device))
+        notices = (precision_notice, pad_multiple_notice(self.state, self._device_pad_multiple()),
                    threads_notice(self.state, self.device),
                    processes_notice(self.state, self.world.size, self.config.model))
         for line in filter(None, notices):
