@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from attncli.core.version import __version__
+
 if TYPE_CHECKING:  # for type checkers; at run time __getattr__ imports them when first used
     from attncli.core.errors import AttncliError
     from attncli.runs.translator import Candidate, Translation, Translator
 
 __all__ = ["AttncliError", "Candidate", "Translation", "Translator", "__version__"]
-
-__version__ = "0.6.0.dev0"  # 0.6, not released yet: the README's "Changed in 0.6" is this
 
 
 # The public Python interface, imported when first used: `import attncli` (which `attncli

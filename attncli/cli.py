@@ -16,8 +16,8 @@ from pathlib import Path
 
 import typer
 
-from attncli import __version__
 from attncli.core.errors import AttncliError, report
+from attncli.core.version import __version__
 
 app = typer.Typer(
     name="attncli",

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from attncli import __version__
 from attncli.core.errors import AttncliError
 from attncli.core.files import (
     entry_lock,
@@ -22,6 +21,7 @@ from attncli.core.files import (
     output_folder_problem,
     replaced_folder,
 )
+from attncli.core.version import __version__
 from attncli.decoding import argos
 from attncli.decoding.ctranslate2 import (
     DEFAULT_FOLDER,

@@ -3,6 +3,7 @@
 Imports nothing of attncli outside this package; everything else may import it. Modules, in
 reading order:
 
+    version.py       attncli's version (the package, the CLI, model cards, exports)
     errors.py        AttncliError (a problem the user can fix: exit 2) and who reports it
     files.py         crash-safe writes (files, whole folders), the one write probe, and the
                      lock of an entry several processes may build (`entry_lock`)

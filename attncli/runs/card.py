@@ -28,7 +28,6 @@ from typing import Any
 import torch
 import yaml
 
-from attncli import __version__
 from attncli.core.config import corpora_of
 from attncli.core.config_files import load_config
 from attncli.core.device import resolve_decode_precision
@@ -36,6 +35,7 @@ from attncli.core.errors import AttncliError
 from attncli.core.files import atomic_write_text
 from attncli.core.licences import CHECK_THE_TERMS, Licence
 from attncli.core.text import language_name
+from attncli.core.version import __version__
 from attncli.decoding.search import SearchSettings
 from attncli.decoding.texts import translate_texts
 from attncli.runs.average import averaged_facts
