@@ -24,7 +24,7 @@ from attncli.serve.app import ServeOptions, build_app  # noqa: E402
 from attncli.serve.batcher import Batcher, QueueFull  # noqa: E402
 from attncli.serve.pairs import Pairs  # noqa: E402
 from attncli.serve.requests import Limits  # noqa: E402
-from attncli.serve.translator import Translation  # noqa: E402
+from attncli.serve.served_run import Translation  # noqa: E402
 
 
 class Gate:

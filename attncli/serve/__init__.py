@@ -11,7 +11,7 @@ in the order a request meets them:
     language_id.py which language a text is in (/detect, "source": "auto"), by py3langid
     pairs.py       the runs served by language pair: which run a request goes to
     batcher.py     the bounded queue and the decoding thread that batches requests together
-    translator.py  decoding and attention with a run's model, and what responses hold
+    served_run.py  decoding and attention with a run's model, and what responses hold
     documents.py   a request's texts as documents: split, decoded as one job, joined back
     markup.py      "format": "html": a page's blocks of text, and the page rebuilt around
                    their translations, inline tags placed by the model's cross-attention

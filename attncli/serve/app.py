@@ -9,7 +9,7 @@
 A handler parses and checks the request (`requests.py`), picks the run that serves its
 language pair (`pairs.py`; "auto" detects the language, `language_id.py`), queues it
 (`batcher.py`) and waits, without blocking the event loop, for its batch to be decoded
-(`translator.py`). A request the
+(`served_run.py`). A request the
 server will not serve gets a 4xx (or a 503 with Retry-After when the queue is full or the wait
 too long) and leaves one line in the log, the access log's: never a traceback, and the server
 goes on serving.
@@ -61,7 +61,7 @@ from attncli.serve.requests import (
     requested_pair,
     texts_of,
 )
-from attncli.serve.translator import ServedRun, Settings, Translation, Work
+from attncli.serve.served_run import ServedRun, Settings, Translation, Work
 
 STATIC = Path(__file__).parent / "static"
 # The page runs its own script and style only, and talks to this server only.

@@ -157,12 +157,12 @@ class ServeCommandOptions:
 
 
 def _load_runs(options: ServeCommandOptions):
-    """Each run loaded once, to serve (`serve.translator.ServedRun`), and their pairs; two runs
+    """Each run loaded once, to serve (`serve.served_run.ServedRun`), and their pairs; two runs
     with the same pair are refused before any socket opens."""
     from attncli.runs.layout import find_latest_run
     from attncli.runs.translator import Translator
     from attncli.serve.pairs import Pairs, check_pairs
-    from attncli.serve.translator import ServedRun
+    from attncli.serve.served_run import ServedRun
 
     run_dirs = options.runs or [find_latest_run(Path("runs")).root]
     if len(run_dirs) > 1 and options.exported is not None:

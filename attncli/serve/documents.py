@@ -27,7 +27,7 @@ from attncli.serve.markup import (
     head_mean,
     join_alignments,
 )
-from attncli.serve.translator import ServedRun, Translation
+from attncli.serve.served_run import ServedRun, Translation
 
 END = "</s>"
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from attncli.core.errors import AttncliError
 from attncli.core.text import base_language, language_name
 from attncli.serve.requests import RequestError
-from attncli.serve.translator import Settings, Translation, Work
+from attncli.serve.served_run import Settings, Translation, Work
 
 
 class Served(Protocol):

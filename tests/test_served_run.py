@@ -4,7 +4,7 @@ as their own sentences finish, with exactly what the whole batch returns."""
 from __future__ import annotations
 
 from attncli.runs.translator import Translator
-from attncli.serve.translator import ServedRun, Settings, Work
+from attncli.serve.served_run import ServedRun, Settings, Work
 
 TEXTS = ["A dog.", "Two men in red shirts are playing football on a green field near a lake.",
          "A woman rides a bike.", "People."]
