@@ -57,6 +57,8 @@ def train_and_eval(config: Path, runs_dir: Path, name: str, *, overrides: list[s
     """One variant: trained for `minutes`, then `attncli eval` (writes RUN/eval/test.json, or
     test-<corpus>.json for each corpus of a mix)."""
     run = runs_dir / name
+    if run.exists():  # train would name its run NAME-2, and this would score the old one
+        raise SystemExit(f"{run} exists: name the variant otherwise or move that run")
     sets = [f"train.max_minutes={minutes}", *overrides]
     command = [sys.executable, "-m", "attncli", "train", str(config), "--runs-dir",
                str(runs_dir), "--name", name]
