@@ -112,7 +112,7 @@ def profiled(step: Callable[[int], None], first: int, steps: int):
     return prof.key_averages(), wall_s
 
 
-def print_table(ops, wall_s: float, updates: Updates, args, header: str) -> None:
+def print_table(ops, wall_s: float, updates: Updates, args, *, header: str) -> None:
     ops = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)
     total_us = sum(e.self_cpu_time_total for e in ops)
     steps, first = args.steps, args.skip
@@ -168,7 +168,7 @@ def main() -> int:
     ops, wall_s = profiled(step, args.skip, args.steps)
     source = "real batches" if args.real else f"{args.batches} synthetic batch shapes"
     print_table(ops, wall_s, updates, args,
-                f"{Path(args.config).name}, {precision}, pad multiple {multiple}, "
+                header=f"{Path(args.config).name}, {precision}, pad multiple {multiple}, "
                 f"compile {args.compile}, {source}")
     return 0
 
