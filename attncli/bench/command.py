@@ -23,7 +23,7 @@ from attncli.bench.render import RENDERERS, render_load, render_threads
 from attncli.bench.train_suite import SENTENCE_LENGTHS, run_train_suite
 from attncli.core.config import Config
 from attncli.core.config_files import load_config
-from attncli.core.cpu_kind import detect_cpu_kind
+from attncli.core.cpu_kind import CpuKind, detect_cpu_kind
 from attncli.core.device import (
     allow_tf32,
     device_name,
@@ -161,11 +161,7 @@ def _report_head(device: torch.device, precision: str, dtype: torch.dtype, *, wa
 
 def _kind_words(kind: dict[str, Any] | None) -> str:
     """The CPU kind `precision: auto` decided from, for the report's first line."""
-    if kind is None:
-        return ""
-    capped = f", an {kind['hardware']} CPU capped by {kind['capped_by']}" if kind["capped_by"] \
-        else ""
-    return f" (CPU kind {kind['kind']}{capped})"
+    return "" if kind is None else f" (CPU kind {CpuKind(**kind).describe()})"
 
 
 def _shown(console: Console | None, renderable: Any) -> Console | None:
